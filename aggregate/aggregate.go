@@ -1,0 +1,556 @@
+// Package aggregate turns a stream of sensor readings into per-device,
+// per-metric summaries over tumbling event-time windows.
+//
+// It owns the windowing semantics of SPEC.md ("Semantics: Windows"): windows
+// are aligned to the Unix epoch; every device has its own watermark (its
+// latest event time minus MaxOutOfOrder); a silent device's windows close
+// after IdleClose of wall-clock time; readings behind the watermark but within
+// AllowedLateness produce a new, accumulating revision of their window; later
+// readings, or readings stamped more than MaxFutureSkew ahead of the clock,
+// are refused with a reason. Every reading ends in exactly one Outcome.
+//
+// The package imports only the standard library and does no I/O. Time comes
+// from an injected clock. An Aggregator is not safe for concurrent use: the
+// caller serialises Add and Tick.
+package aggregate
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Reading is one measured value of one metric of one device.
+type Reading struct {
+	Device string
+	Metric string
+	Unit   string // may be empty
+	Time   time.Time
+	Value  float64
+}
+
+// Outcome says what became of a reading. Every reading passed to Add ends in
+// exactly one outcome.
+type Outcome uint8
+
+const (
+	// Aggregated: folded into an open window.
+	Aggregated Outcome = iota
+	// Revised: behind its device's watermark but within the allowed
+	// lateness; folded into its (closed) window, which was emitted again with
+	// the next revision number.
+	Revised
+	// TooLate: its window ended more than AllowedLateness before the
+	// device's watermark.
+	TooLate
+	// Future: stamped more than MaxFutureSkew ahead of the clock.
+	Future
+	// Evicted: its window's retained state was evicted to respect
+	// MaxRetained, so no correct revision can be emitted.
+	Evicted
+	// Invalid: empty device or metric name, or a value that is not finite.
+	Invalid
+
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	Aggregated: "aggregated",
+	Revised:    "late_revised",
+	TooLate:    "too_late",
+	Future:     "future",
+	Evicted:    "late_state_evicted",
+	Invalid:    "invalid",
+}
+
+// String returns the outcome's stable name, used as a metric label and as the
+// dead-letter reason.
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Accepted reports whether the reading counts in a summary.
+func (o Outcome) Accepted() bool { return o == Aggregated || o == Revised }
+
+// Config sets the windowing rules. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	Gateway         string        // copied into every summary
+	Window          time.Duration // tumbling window length, aligned to the epoch
+	MaxOutOfOrder   time.Duration // watermark = latest event time - this
+	IdleClose       time.Duration // close a silent device's windows after this wall time
+	AllowedLateness time.Duration // how long after a window closes it may still be revised
+	MaxFutureSkew   time.Duration // readings stamped further ahead of the clock are refused
+	// MaxRetained caps the number of closed windows (over all series) kept
+	// in memory so that late readings can revise them. When the cap is
+	// reached the window closed longest ago is evicted first, and later
+	// readings for it (or any older window of its series) end as Evicted.
+	// Each retained window costs about 150 bytes.
+	MaxRetained int
+}
+
+// DefaultConfig returns the defaults of SPEC.md.
+func DefaultConfig() Config {
+	return Config{
+		Window:          time.Minute,
+		MaxOutOfOrder:   5 * time.Second,
+		IdleClose:       90 * time.Second,
+		AllowedLateness: 24 * time.Hour,
+		MaxFutureSkew:   2 * time.Minute,
+		MaxRetained:     100_000,
+	}
+}
+
+// Validate reports the first rule the configuration breaks.
+func (c Config) Validate() error {
+	switch {
+	case c.Window < time.Second:
+		return errors.New("window must be at least 1s")
+	case c.Window > 24*time.Hour:
+		return errors.New("window must be at most 24h")
+	case c.MaxOutOfOrder < 0:
+		return errors.New("max_out_of_order must not be negative")
+	case c.IdleClose <= 0:
+		return errors.New("idle_close must be positive")
+	case c.AllowedLateness < 0:
+		return errors.New("allowed_lateness must not be negative")
+	case c.MaxFutureSkew < 0:
+		return errors.New("max_future_skew must not be negative")
+	case c.MaxRetained < 0:
+		return errors.New("max_retained must not be negative")
+	}
+	return nil
+}
+
+// Counts holds how many readings ended in each outcome, and how many
+// summaries were emitted.
+type Counts struct {
+	Readings  [numOutcomes]uint64
+	Summaries uint64 // emitted, revisions included
+	Evictions uint64 // retained windows evicted to respect MaxRetained
+}
+
+// Of returns the number of readings that ended in o.
+func (c *Counts) Of(o Outcome) uint64 { return c.Readings[o] }
+
+// Total returns the number of readings seen.
+func (c *Counts) Total() uint64 {
+	var n uint64
+	for _, v := range c.Readings {
+		n += v
+	}
+	return n
+}
+
+type seriesKey struct{ device, metric string }
+
+type retainedKey struct {
+	s     *series
+	start int64
+}
+
+type device struct {
+	id       string
+	maxEvent int64 // latest accepted event time, Unix ns; watermark is this - MaxOutOfOrder
+	hasEvent bool
+	lastSeen int64 // wall clock of the last reading, Unix ns
+	series   []*series
+	open     int   // open windows over all series
+	minEnd   int64 // smallest end among open windows, valid when open > 0
+}
+
+type series struct {
+	dev      *device
+	metric   string
+	unit     string
+	open     []*window // sorted by start; usually one or two
+	evicted  bool
+	evictEnd int64 // windows starting before this may have lost their state
+}
+
+// Aggregator holds the open windows and the retained closed windows of every
+// series. Create it with New.
+type Aggregator struct {
+	cfg    Config
+	window int64
+	now    func() time.Time
+	emit   func(Summary)
+
+	series   map[seriesKey]*series
+	devices  map[string]*device
+	retained map[retainedKey]*window
+	order    []retainedKey // closing order, oldest first, from orderHead
+	head     int
+	free     []*window
+	counts   Counts
+}
+
+// New returns an Aggregator. now is the clock used for future-skew checks and
+// idle closing; emit receives every summary (first emissions and revisions)
+// synchronously, in window order per series.
+func New(cfg Config, now func() time.Time, emit func(Summary)) (*Aggregator, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Aggregator{
+		cfg:      cfg,
+		window:   int64(cfg.Window),
+		now:      now,
+		emit:     emit,
+		series:   make(map[seriesKey]*series),
+		devices:  make(map[string]*device),
+		retained: make(map[retainedKey]*window),
+	}, nil
+}
+
+// Counts returns a snapshot of the outcome counters.
+func (a *Aggregator) Counts() Counts { return a.counts }
+
+// OpenWindows returns the number of windows currently open.
+func (a *Aggregator) OpenWindows() int {
+	n := 0
+	for _, d := range a.devices {
+		n += d.open
+	}
+	return n
+}
+
+// Devices returns the number of devices seen.
+func (a *Aggregator) Devices() int { return len(a.devices) }
+
+// windowStart returns the start of the epoch-aligned window holding t.
+func (a *Aggregator) windowStart(t int64) int64 {
+	s := t - t%a.window
+	if t%a.window < 0 { // before 1970: round towards -inf
+		s -= a.window
+	}
+	return s
+}
+
+// Add folds one reading into its window and returns its outcome. Summaries
+// that the reading completes or revises are passed to emit before Add
+// returns.
+func (a *Aggregator) Add(r Reading) Outcome {
+	o := a.add(r)
+	a.counts.Readings[o]++
+	return o
+}
+
+func (a *Aggregator) add(r Reading) Outcome {
+	if r.Device == "" || r.Metric == "" || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
+		return Invalid
+	}
+	now := a.now().UnixNano()
+	t := r.Time.UnixNano()
+	if t > now+int64(a.cfg.MaxFutureSkew) {
+		return Future
+	}
+	s := a.lookup(r)
+	d := s.dev
+	d.lastSeen = now
+	start := a.windowStart(t)
+	end := start + a.window
+
+	if w := s.findOpen(start); w != nil {
+		w.add(t, r.Value)
+		a.advance(d, t)
+		return Aggregated
+	}
+	if w, ok := a.retained[retainedKey{s, start}]; ok {
+		if d.hasEvent && end+int64(a.cfg.AllowedLateness) <= d.watermark(a.cfg.MaxOutOfOrder) {
+			return TooLate
+		}
+		w.add(t, r.Value)
+		w.late++
+		a.emitWindow(s, w)
+		return Revised
+	}
+	wm := d.watermark(a.cfg.MaxOutOfOrder)
+	behind := d.hasEvent && end <= wm
+	if behind && end+int64(a.cfg.AllowedLateness) <= wm {
+		return TooLate
+	}
+	if s.evicted && start < s.evictEnd {
+		return Evicted
+	}
+	w := a.newWindow(start, s.unit)
+	w.add(t, r.Value)
+	if behind {
+		// A late reading that is the first of its window: emitted at once,
+		// then retained for further revisions.
+		w.late++
+		a.emitWindow(s, w)
+		a.retain(s, w)
+		return Revised
+	}
+	s.insertOpen(w)
+	d.open++
+	if d.open == 1 || end < d.minEnd {
+		d.minEnd = end
+	}
+	a.advance(d, t)
+	return Aggregated
+}
+
+func (d *device) watermark(ooo time.Duration) int64 { return d.maxEvent - int64(ooo) }
+
+// lookup finds or creates the series of r. Names are copied on creation so
+// the aggregator never pins the caller's buffers.
+func (a *Aggregator) lookup(r Reading) *series {
+	if s, ok := a.series[seriesKey{r.Device, r.Metric}]; ok {
+		if s.unit != r.Unit && r.Unit != "" {
+			s.unit = cloneString(r.Unit)
+		}
+		return s
+	}
+	d, ok := a.devices[r.Device]
+	if !ok {
+		d = &device{id: cloneString(r.Device)}
+		a.devices[d.id] = d
+	}
+	s := &series{dev: d, metric: cloneString(r.Metric), unit: cloneString(r.Unit)}
+	d.series = append(d.series, s)
+	a.series[seriesKey{d.id, s.metric}] = s
+	return s
+}
+
+func cloneString(s string) string {
+	if s == "" {
+		return ""
+	}
+	return string(append([]byte(nil), s...))
+}
+
+// advance moves the device's watermark to account for event time t and closes
+// every window that ends at or before it.
+func (a *Aggregator) advance(d *device, t int64) {
+	if d.hasEvent && t <= d.maxEvent {
+		return
+	}
+	d.maxEvent, d.hasEvent = t, true
+	wm := d.watermark(a.cfg.MaxOutOfOrder)
+	if d.open == 0 || wm < d.minEnd {
+		return
+	}
+	a.closeDevice(d, wm)
+}
+
+// closeDevice closes the device's open windows that end at or before limit
+// (all of them when limit is math.MaxInt64).
+func (a *Aggregator) closeDevice(d *device, limit int64) {
+	d.minEnd = math.MaxInt64
+	for _, s := range d.series {
+		n := 0
+		for n < len(s.open) && s.open[n].start+a.window <= limit {
+			w := s.open[n]
+			a.emitWindow(s, w)
+			a.retain(s, w)
+			n++
+		}
+		if n > 0 {
+			d.open -= n
+			rest := copy(s.open, s.open[n:])
+			clear(s.open[rest:])
+			s.open = s.open[:rest]
+		}
+		if len(s.open) > 0 && s.open[0].start+a.window < d.minEnd {
+			d.minEnd = s.open[0].start + a.window
+		}
+	}
+}
+
+// Tick closes the windows of devices that have been silent for IdleClose and
+// drops retained windows that can no longer be revised. Call it about once a
+// second.
+func (a *Aggregator) Tick() {
+	now := a.now().UnixNano()
+	idle := int64(a.cfg.IdleClose)
+	for _, d := range a.devices {
+		if d.open > 0 && now-d.lastSeen >= idle {
+			a.closeDevice(d, math.MaxInt64)
+		}
+	}
+	a.expire()
+}
+
+// Flush closes every open window, as at shutdown.
+func (a *Aggregator) Flush() {
+	for _, d := range a.devices {
+		if d.open > 0 {
+			a.closeDevice(d, math.MaxInt64)
+		}
+	}
+}
+
+// retain keeps a closed window so that late readings can revise it.
+func (a *Aggregator) retain(s *series, w *window) {
+	if a.cfg.AllowedLateness == 0 || a.cfg.MaxRetained == 0 {
+		a.markEvicted(s, w.start)
+		a.release(w)
+		return
+	}
+	k := retainedKey{s, w.start}
+	a.retained[k] = w
+	a.order = append(a.order, k)
+	for len(a.retained) > a.cfg.MaxRetained {
+		a.popOldest(true)
+	}
+}
+
+func (a *Aggregator) markEvicted(s *series, start int64) {
+	if !s.evicted || start+a.window > s.evictEnd {
+		s.evicted, s.evictEnd = true, start+a.window
+	}
+}
+
+// popOldest removes the retained window closed longest ago. evict says the
+// removal is for space (counted, and later readings are refused as Evicted)
+// rather than expiry.
+func (a *Aggregator) popOldest(evict bool) {
+	k := a.order[a.head]
+	a.order[a.head] = retainedKey{}
+	a.head++
+	if w, ok := a.retained[k]; ok {
+		delete(a.retained, k)
+		if evict {
+			a.counts.Evictions++
+			a.markEvicted(k.s, k.start)
+		}
+		a.release(w)
+	}
+	if a.head > 1024 && a.head*2 > len(a.order) {
+		n := copy(a.order, a.order[a.head:])
+		clear(a.order[n:])
+		a.order, a.head = a.order[:n], 0
+	}
+}
+
+// expire drops retained windows, oldest first, whose lateness bound has
+// passed their device's watermark. It stops at the first one still live, so a
+// long-silent device can hold back expiry of others until MaxRetained evicts.
+func (a *Aggregator) expire() {
+	late := int64(a.cfg.AllowedLateness)
+	for a.head < len(a.order) {
+		k := a.order[a.head]
+		if _, ok := a.retained[k]; ok {
+			d := k.s.dev
+			if k.start+a.window+late > d.watermark(a.cfg.MaxOutOfOrder) {
+				return
+			}
+		}
+		a.popOldest(false)
+	}
+}
+
+// Retained returns the number of closed windows kept for late revisions.
+func (a *Aggregator) Retained() int { return len(a.retained) }
+
+func (a *Aggregator) newWindow(start int64, unit string) *window {
+	var w *window
+	if n := len(a.free); n > 0 {
+		w = a.free[n-1]
+		a.free = a.free[:n-1]
+		*w = window{}
+	} else {
+		w = new(window)
+	}
+	w.start = start
+	w.unit = unit
+	return w
+}
+
+func (a *Aggregator) release(w *window) {
+	if len(a.free) < 4096 {
+		a.free = append(a.free, w)
+	}
+}
+
+func (a *Aggregator) emitWindow(s *series, w *window) {
+	sum := Summary{
+		Gateway:     a.cfg.Gateway,
+		Device:      s.dev.id,
+		Metric:      s.metric,
+		Unit:        s.unit,
+		WindowStart: time.Unix(0, w.start).UTC(),
+		WindowEnd:   time.Unix(0, w.start+a.window).UTC(),
+		Count:       w.count,
+		Min:         w.min,
+		Max:         w.max,
+		Sum:         w.sum,
+		Mean:        w.mean,
+		First:       w.first,
+		Last:        w.last,
+		Stddev:      math.Sqrt(w.m2 / float64(w.count)),
+		Revision:    w.revision,
+		Late:        w.late,
+	}
+	sum.ID = SummaryID(sum.Gateway, sum.Device, sum.Metric, sum.WindowStart, sum.Revision)
+	w.revision++
+	a.counts.Summaries++
+	if a.emit != nil {
+		a.emit(sum)
+	}
+}
+
+func (s *series) findOpen(start int64) *window {
+	for _, w := range s.open {
+		if w.start == start {
+			return w
+		}
+	}
+	return nil
+}
+
+func (s *series) insertOpen(w *window) {
+	i := len(s.open)
+	for i > 0 && s.open[i-1].start > w.start {
+		i--
+	}
+	s.open = append(s.open, nil)
+	copy(s.open[i+1:], s.open[i:])
+	s.open[i] = w
+}
+
+// window accumulates the statistics of one series in one window. Mean and
+// variance use Welford's update, which stays accurate for long windows of
+// nearly equal values where a sum of squares would cancel.
+type window struct {
+	start    int64
+	count    int64
+	min, max float64
+	sum      float64
+	mean, m2 float64
+	firstT   int64
+	lastT    int64
+	first    float64
+	last     float64
+	late     int64
+	revision int
+	unit     string
+}
+
+func (w *window) add(t int64, v float64) {
+	w.count++
+	if w.count == 1 {
+		w.min, w.max = v, v
+		w.firstT, w.first = t, v
+		w.lastT, w.last = t, v
+	} else {
+		w.min = math.Min(w.min, v)
+		w.max = math.Max(w.max, v)
+		if t < w.firstT { // ties keep the earlier arrival
+			w.firstT, w.first = t, v
+		}
+		if t >= w.lastT { // ties take the later arrival
+			w.lastT, w.last = t, v
+		}
+	}
+	w.sum += v
+	delta := v - w.mean
+	w.mean += delta / float64(w.count)
+	w.m2 += delta * (v - w.mean)
+}

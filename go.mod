@@ -1,0 +1,3 @@
+module github.com/edgegate/edgegate
+
+go 1.26.0
