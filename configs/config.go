@@ -1,0 +1,457 @@
+// Package configs loads and validates the edgegate configuration file (one
+// YAML document; see edgegate.yaml beside this file for every key, commented).
+//
+// Loading is strict: unknown keys are errors, every value is checked, and
+// each error names the key, says what is wrong and how to fix it.
+package configs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/gateway/payload"
+)
+
+// Config is the whole configuration file.
+type Config struct {
+	Gateway   Gateway   `yaml:"gateway"`
+	MQTT      MQTT      `yaml:"mqtt"`
+	Aggregate Aggregate `yaml:"aggregate"`
+	Kafka     Kafka     `yaml:"kafka"`
+	HTTP      HTTP      `yaml:"http"`
+	Log       Log       `yaml:"log"`
+}
+
+// Gateway identifies the gateway.
+type Gateway struct {
+	ID      string `yaml:"id"`
+	DataDir string `yaml:"data_dir"`
+}
+
+// MQTT configures the embedded broker and how topics map to readings.
+type MQTT struct {
+	Listen         string   `yaml:"listen"`
+	AllowAnonymous bool     `yaml:"allow_anonymous"`
+	UsersFile      string   `yaml:"users_file"`
+	Topics         []string `yaml:"topics"`
+	MaxPayload     int      `yaml:"max_payload_bytes"`
+	MaxPacket      int      `yaml:"max_packet_bytes"`
+	// Per-client resources: these dominate the broker's memory with
+	// thousands of devices.
+	ClientWriteQueue  int `yaml:"client_write_queue"`
+	ClientReadBuffer  int `yaml:"client_read_buffer_bytes"`
+	ClientWriteBuffer int `yaml:"client_write_buffer_bytes"`
+	ReceiveMaximum    int `yaml:"receive_maximum"`
+}
+
+// Aggregate sets the windowing rules.
+type Aggregate struct {
+	Window          Duration `yaml:"window"`
+	MaxOutOfOrder   Duration `yaml:"max_out_of_order"`
+	IdleClose       Duration `yaml:"idle_close"`
+	AllowedLateness Duration `yaml:"allowed_lateness"`
+	MaxFutureSkew   Duration `yaml:"max_future_skew"`
+	MaxRetained     int      `yaml:"max_retained_windows"`
+}
+
+// Kafka configures the uplink.
+type Kafka struct {
+	Brokers         []string `yaml:"brokers"`
+	SummariesTopic  string   `yaml:"summaries_topic"`
+	DeadletterTopic string   `yaml:"deadletter_topic"`
+	ClientID        string   `yaml:"client_id"`
+	// BufferSummaries bounds the summaries held in memory while Kafka is
+	// unreachable; beyond it the oldest are dropped and counted.
+	BufferSummaries int `yaml:"buffer_summaries"`
+}
+
+// HTTP configures the operations endpoint.
+type HTTP struct {
+	Listen string `yaml:"listen"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level  string `yaml:"level"`
+	Format string `yaml:"format"`
+}
+
+// Duration is a time.Duration written in Go syntax (90s, 1m, 24h).
+type Duration time.Duration
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration; use Go syntax such as 90s, 1m or 24h", n.Line, n.Value)}}
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Default returns the configuration used for every key the file leaves out.
+// Kafka brokers have no default.
+func Default() Config {
+	ac := aggregate.DefaultConfig()
+	host, _ := os.Hostname()
+	return Config{
+		Gateway: Gateway{ID: sanitizeID(host), DataDir: "/var/lib/edgegate"},
+		MQTT: MQTT{
+			Listen:            "0.0.0.0:1883",
+			Topics:            []string{"sensors/{device}/{metric}", "sensors/{device}"},
+			MaxPayload:        payload.DefaultMaxPayload,
+			MaxPacket:         256 << 10,
+			ClientWriteQueue:  32,
+			ClientReadBuffer:  1024,
+			ClientWriteBuffer: 512,
+			ReceiveMaximum:    256,
+		},
+		Aggregate: Aggregate{
+			Window:          Duration(ac.Window),
+			MaxOutOfOrder:   Duration(ac.MaxOutOfOrder),
+			IdleClose:       Duration(ac.IdleClose),
+			AllowedLateness: Duration(ac.AllowedLateness),
+			MaxFutureSkew:   Duration(ac.MaxFutureSkew),
+			MaxRetained:     ac.MaxRetained,
+		},
+		Kafka: Kafka{
+			SummariesTopic:  "edge.summaries",
+			DeadletterTopic: "edge.deadletter",
+			ClientID:        "edgegate",
+			BufferSummaries: 100_000,
+		},
+		HTTP: HTTP{Listen: "127.0.0.1:9100"},
+		Log:  Log{Level: "info", Format: "text"},
+	}
+}
+
+// AggregateConfig returns the aggregator's configuration.
+func (c *Config) AggregateConfig() aggregate.Config {
+	return aggregate.Config{
+		Gateway:         c.Gateway.ID,
+		Window:          c.Aggregate.Window.D(),
+		MaxOutOfOrder:   c.Aggregate.MaxOutOfOrder.D(),
+		IdleClose:       c.Aggregate.IdleClose.D(),
+		AllowedLateness: c.Aggregate.AllowedLateness.D(),
+		MaxFutureSkew:   c.Aggregate.MaxFutureSkew.D(),
+		MaxRetained:     c.Aggregate.MaxRetained,
+	}
+}
+
+// Load reads, decodes and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes and validates a configuration document. The error lists
+// every problem found, each naming its key.
+func Parse(data []byte) (*Config, error) {
+	c := Default()
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if len(root.Content) == 0 {
+		return nil, errors.New("file is empty; at least kafka.brokers must be set")
+	}
+	doc := root.Content[0]
+	lines := map[int]string{}
+	var problems []string
+	checkKeys(doc, reflect.TypeOf(c), "", lines, &problems)
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	if err := doc.Decode(&c); err != nil {
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			return nil, err
+		}
+		for _, msg := range te.Errors {
+			problems = append(problems, nameLine(msg, lines))
+		}
+		return nil, errors.New(strings.Join(problems, "; "))
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// nameLine rewrites "line 7: cannot unmarshal ..." as "aggregate.window: ...
+// (line 7)".
+func nameLine(msg string, lines map[int]string) string {
+	m := lineRE.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	n, _ := strconv.Atoi(m[1])
+	if key, ok := lines[n]; ok {
+		text := strings.Replace(m[2], "cannot unmarshal ", "wrong type: ", 1)
+		return fmt.Sprintf("%s: %s (line %d)", key, text, n)
+	}
+	return msg
+}
+
+// checkKeys walks the YAML mapping against the struct type, reporting keys
+// the type does not have, and records the key path of each line.
+func checkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, problems *[]string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
+		return
+	}
+	if t == reflect.TypeOf(Duration(0)) {
+		return
+	}
+	fields := map[string]reflect.Type{}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
+		if tag == "" || tag == "-" {
+			continue
+		}
+		fields[tag] = f.Type
+		names = append(names, tag)
+	}
+	sort.Strings(names)
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		full := k.Value
+		if path != "" {
+			full = path + "." + k.Value
+		}
+		ft, ok := fields[k.Value]
+		if !ok {
+			hint := ""
+			if s := closest(k.Value, names); s != "" {
+				hint = fmt.Sprintf("; did you mean %s?", joinPath(path, s))
+			} else {
+				hint = fmt.Sprintf("; known keys here: %s", strings.Join(names, ", "))
+			}
+			*problems = append(*problems, fmt.Sprintf("%s: unknown key (line %d)%s", full, k.Line, hint))
+			continue
+		}
+		if seen[k.Value] {
+			*problems = append(*problems, fmt.Sprintf("%s: key appears twice (line %d); keep one", full, k.Line))
+		}
+		seen[k.Value] = true
+		lines[k.Line] = full
+		lines[v.Line] = full
+		for _, c := range v.Content {
+			if _, taken := lines[c.Line]; !taken {
+				lines[c.Line] = full
+			}
+		}
+		checkKeys(v, ft, full, lines, problems)
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// closest returns the known key nearest to s by edit distance, if close.
+func closest(s string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD || (d <= 3 && strings.Contains(n, s) && len(s) >= 3) {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+var (
+	idRE    = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	topicRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+)
+
+func sanitizeID(s string) string {
+	s = regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(s, "-")
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	if s == "" {
+		s = "edgegate"
+	}
+	return s
+}
+
+// Validate checks every value and cross-key rule; the error names each
+// offending key and what would fix it.
+func (c *Config) Validate() error {
+	var p []string
+	add := func(key, format string, args ...any) {
+		p = append(p, key+": "+fmt.Sprintf(format, args...))
+	}
+	if !idRE.MatchString(c.Gateway.ID) {
+		add("gateway.id", "%q is not a valid id; use 1-64 letters, digits, '.', '_' or '-' (it names the gateway in every summary and its Kafka transactional id)", c.Gateway.ID)
+	}
+	if c.Gateway.DataDir == "" {
+		add("gateway.data_dir", "is empty; set a directory the gateway may write, e.g. /var/lib/edgegate")
+	}
+	checkAddr(add, "mqtt.listen", c.MQTT.Listen, false)
+	if len(c.MQTT.Topics) == 0 {
+		add("mqtt.topics", `is empty; list at least one pattern, e.g. ["sensors/{device}/{metric}"]`)
+	}
+	seen := map[string]bool{}
+	for i, t := range c.MQTT.Topics {
+		if _, err := payload.CompilePattern(t); err != nil {
+			add(fmt.Sprintf("mqtt.topics[%d]", i), "%v", err)
+		}
+		if seen[t] {
+			add(fmt.Sprintf("mqtt.topics[%d]", i), "%q is listed twice; remove one", t)
+		}
+		seen[t] = true
+	}
+	if !c.MQTT.AllowAnonymous && c.MQTT.UsersFile == "" {
+		add("mqtt.users_file", "is not set and mqtt.allow_anonymous is false, so no device could connect; set mqtt.users_file to a users file of bcrypt hashes, or (for labs and tests only) mqtt.allow_anonymous: true")
+	}
+	positive := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			add(key, "%d is out of range; use %d to %d", v, lo, hi)
+		}
+	}
+	positive("mqtt.max_payload_bytes", c.MQTT.MaxPayload, 16, 16<<20)
+	positive("mqtt.max_packet_bytes", c.MQTT.MaxPacket, 64, 256<<20)
+	if c.MQTT.MaxPayload > c.MQTT.MaxPacket {
+		add("mqtt.max_payload_bytes", "%d exceeds mqtt.max_packet_bytes (%d); a payload must fit in a packet, so lower it or raise max_packet_bytes", c.MQTT.MaxPayload, c.MQTT.MaxPacket)
+	}
+	positive("mqtt.client_write_queue", c.MQTT.ClientWriteQueue, 1, 65536)
+	positive("mqtt.client_read_buffer_bytes", c.MQTT.ClientReadBuffer, 256, 1<<20)
+	positive("mqtt.client_write_buffer_bytes", c.MQTT.ClientWriteBuffer, 256, 1<<20)
+	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
+
+	if err := c.AggregateConfig().Validate(); err != nil {
+		add("aggregate", "%v", err)
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		add("kafka.brokers", "is required; list your Kafka bootstrap brokers as host:port, e.g. [kafka-1.example.com:9092]")
+	}
+	for i, b := range c.Kafka.Brokers {
+		checkAddr(add, fmt.Sprintf("kafka.brokers[%d]", i), b, true)
+	}
+	for key, v := range map[string]string{"kafka.summaries_topic": c.Kafka.SummariesTopic, "kafka.deadletter_topic": c.Kafka.DeadletterTopic} {
+		if !topicRE.MatchString(v) || v == "." || v == ".." {
+			add(key, "%q is not a valid Kafka topic name; use 1-249 letters, digits, '.', '_' or '-'", v)
+		}
+	}
+	if c.Kafka.SummariesTopic == c.Kafka.DeadletterTopic {
+		add("kafka.deadletter_topic", "is the same topic as kafka.summaries_topic; give dead letters their own topic")
+	}
+	if c.Kafka.ClientID == "" {
+		add("kafka.client_id", "is empty; set e.g. edgegate")
+	}
+	positive("kafka.buffer_summaries", c.Kafka.BufferSummaries, 1, 100_000_000)
+	if c.HTTP.Listen != "" {
+		checkAddr(add, "http.listen", c.HTTP.Listen, false)
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level", "%q is not a level; use debug, info, warn or error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		add("log.format", "%q is not a format; use text or json", c.Log.Format)
+	}
+	sort.Strings(p)
+	if len(p) > 0 {
+		return errors.New(strings.Join(p, "; "))
+	}
+	return nil
+}
+
+// CheckFiles checks that the files the configuration names can be read.
+// It is separate from Validate so that a configuration can be checked on a
+// machine other than the gateway.
+func (c *Config) CheckFiles() error {
+	if c.MQTT.UsersFile != "" {
+		f, err := os.Open(c.MQTT.UsersFile)
+		if err != nil {
+			return fmt.Errorf("mqtt.users_file: %w; create it (edgegate passwd) or fix the path", err)
+		}
+		f.Close()
+	}
+	return nil
+}
+
+func checkAddr(add func(string, string, ...any), key, addr string, needHost bool) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		add(key, "%q is not host:port (e.g. 0.0.0.0:1883)", addr)
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		add(key, "%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if needHost && host == "" {
+		add(key, "%q has no host; write host:port", addr)
+	}
+}
+
+// Marshal returns the effective configuration as YAML.
+func (c *Config) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), enc.Close()
+}

@@ -1,0 +1,92 @@
+package configs
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestGoodConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.good.yaml")
+	files = append(files, "edgegate.yaml")
+	if len(files) < 3 {
+		t.Fatalf("found only %v", files)
+	}
+	for _, f := range files {
+		t.Run(f, func(t *testing.T) {
+			c, err := Load(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The effective config must load back to the same thing.
+			out, err := c.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := Parse(out)
+			if err != nil {
+				t.Fatalf("effective config does not load back: %v\n%s", err, out)
+			}
+			out2, _ := back.Marshal()
+			if string(out) != string(out2) {
+				t.Errorf("round trip changed the config:\n%s\n---\n%s", out, out2)
+			}
+		})
+	}
+}
+
+func TestFullConfigValues(t *testing.T) {
+	c, err := Load("testdata/full.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.AggregateConfig()
+	if a.Gateway != "gw.hall-3_b" || a.Window != 10*time.Second || a.MaxOutOfOrder != 2*time.Second ||
+		a.IdleClose != 30*time.Second || a.AllowedLateness != time.Hour || a.MaxFutureSkew != 30*time.Second || a.MaxRetained != 10 {
+		t.Errorf("aggregate config = %+v", a)
+	}
+	if c.MQTT.Listen != "127.0.0.1:1884" || c.MQTT.Topics[0] != "plant/{device}/m/{metric}" || len(c.Kafka.Brokers) != 2 ||
+		c.Kafka.SummariesTopic != "s" || c.HTTP.Listen != "" || c.Log.Format != "json" {
+		t.Errorf("config = %+v", c)
+	}
+	// Keys the file leaves out keep their defaults.
+	if d := Default(); c.MQTT.ClientWriteQueue != d.MQTT.ClientWriteQueue || c.Kafka.ClientID != "edgegate" {
+		t.Errorf("defaults lost: %+v", c.MQTT)
+	}
+}
+
+func TestBadConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.bad.yaml")
+	if len(files) < 5 {
+		t.Fatalf("found only %v", files)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			want, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".err")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Load(f)
+			if err == nil {
+				t.Fatal("loaded without error")
+			}
+			wantMsg := "config " + f + ": " + strings.TrimSpace(string(want))
+			if err.Error() != wantMsg {
+				t.Errorf("error:\n got %s\nwant %s", err, wantMsg)
+			}
+		})
+	}
+}
+
+func TestCheckFiles(t *testing.T) {
+	c, err := Load("testdata/minimal.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.MQTT.UsersFile = filepath.Join(t.TempDir(), "missing")
+	if err := c.CheckFiles(); err == nil || !strings.HasPrefix(err.Error(), "mqtt.users_file: ") {
+		t.Errorf("CheckFiles = %v, want an error naming mqtt.users_file", err)
+	}
+}
