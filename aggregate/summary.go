@@ -70,15 +70,15 @@ func (s *Summary) Key() []byte {
 // written as null to keep the output valid JSON.
 func (s *Summary) AppendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, s.ID)
+	b = AppendJSONString(b, s.ID)
 	b = append(b, `,"gateway":`...)
-	b = appendString(b, s.Gateway)
+	b = AppendJSONString(b, s.Gateway)
 	b = append(b, `,"device":`...)
-	b = appendString(b, s.Device)
+	b = AppendJSONString(b, s.Device)
 	b = append(b, `,"metric":`...)
-	b = appendString(b, s.Metric)
+	b = AppendJSONString(b, s.Metric)
 	b = append(b, `,"unit":`...)
-	b = appendString(b, s.Unit)
+	b = AppendJSONString(b, s.Unit)
 	b = append(b, `,"window_start":"`...)
 	b = s.WindowStart.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","window_end":"`...)
@@ -127,9 +127,9 @@ func AppendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string, escaping as encoding/json does
+// AppendJSONString appends s as a JSON string, escaping as encoding/json does
 // (including <, > and & and the line separators U+2028 and U+2029).
-func appendString(b []byte, s string) []byte {
+func AppendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
