@@ -166,7 +166,6 @@ type device struct {
 type series struct {
 	dev      *device
 	metric   string
-	unit     string
 	open     []*window // sorted by start; usually one or two
 	evicted  bool
 	evictEnd int64 // windows starting before this may have lost their state
@@ -257,6 +256,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 
 	if w := s.findOpen(start); w != nil {
 		w.add(t, r.Value)
+		w.setUnit(r.Unit)
 		a.advance(d, t)
 		return Aggregated
 	}
@@ -265,6 +265,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 			return TooLate
 		}
 		w.add(t, r.Value)
+		w.setUnit(r.Unit)
 		w.late++
 		a.emitWindow(s, w)
 		return Revised
@@ -277,8 +278,9 @@ func (a *Aggregator) add(r Reading) Outcome {
 	if s.evicted && start < s.evictEnd {
 		return Evicted
 	}
-	w := a.newWindow(start, s.unit)
+	w := a.newWindow(start)
 	w.add(t, r.Value)
+	w.setUnit(r.Unit)
 	if behind {
 		// A late reading that is the first of its window: emitted at once,
 		// then retained for further revisions.
@@ -302,9 +304,6 @@ func (d *device) watermark(ooo time.Duration) int64 { return d.maxEvent - int64(
 // the aggregator never pins the caller's buffers.
 func (a *Aggregator) lookup(r Reading) *series {
 	if s, ok := a.series[seriesKey{r.Device, r.Metric}]; ok {
-		if s.unit != r.Unit && r.Unit != "" {
-			s.unit = cloneString(r.Unit)
-		}
 		return s
 	}
 	d, ok := a.devices[r.Device]
@@ -312,7 +311,7 @@ func (a *Aggregator) lookup(r Reading) *series {
 		d = &device{id: cloneString(r.Device)}
 		a.devices[d.id] = d
 	}
-	s := &series{dev: d, metric: cloneString(r.Metric), unit: cloneString(r.Unit)}
+	s := &series{dev: d, metric: cloneString(r.Metric)}
 	d.series = append(d.series, s)
 	a.series[seriesKey{d.id, s.metric}] = s
 	return s
@@ -449,7 +448,7 @@ func (a *Aggregator) expire() {
 // Retained returns the number of closed windows kept for late revisions.
 func (a *Aggregator) Retained() int { return len(a.retained) }
 
-func (a *Aggregator) newWindow(start int64, unit string) *window {
+func (a *Aggregator) newWindow(start int64) *window {
 	var w *window
 	if n := len(a.free); n > 0 {
 		w = a.free[n-1]
@@ -459,7 +458,6 @@ func (a *Aggregator) newWindow(start int64, unit string) *window {
 		w = new(window)
 	}
 	w.start = start
-	w.unit = unit
 	return w
 }
 
@@ -474,7 +472,7 @@ func (a *Aggregator) emitWindow(s *series, w *window) {
 		Gateway:     a.cfg.Gateway,
 		Device:      s.dev.id,
 		Metric:      s.metric,
-		Unit:        s.unit,
+		Unit:        w.unit,
 		WindowStart: time.Unix(0, w.start).UTC(),
 		WindowEnd:   time.Unix(0, w.start+a.window).UTC(),
 		Count:       w.count,
@@ -531,6 +529,14 @@ type window struct {
 	late     int64
 	revision int
 	unit     string
+}
+
+// setUnit records the unit of a reading in the window: the last one given
+// wins, and readings without a unit keep the window's.
+func (w *window) setUnit(u string) {
+	if u != "" && u != w.unit {
+		w.unit = cloneString(u)
+	}
 }
 
 func (w *window) add(t int64, v float64) {

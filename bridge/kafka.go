@@ -7,7 +7,15 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
 )
+
+func init() {
+	// sarama records its metrics in go-metrics, whose meters tick in a
+	// goroutine that never stops and cost CPU on a small gateway. The
+	// gateway reports its own metrics, so turn them off.
+	metrics.UseNilMetrics = true
+}
 
 // KafkaOptions configures the sarama producer.
 type KafkaOptions struct {

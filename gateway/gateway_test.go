@@ -1,0 +1,407 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	summariesTopic = "edge.summaries"
+	deadTopic      = "edge.deadletter"
+)
+
+// t0 is the gateway's (fixed) clock in the integration test.
+var t0 = time.Date(2026, 11, 30, 10, 5, 30, 0, time.UTC)
+
+func testConfig(t *testing.T, brokers []string) *configs.Config {
+	c := configs.Default()
+	c.Gateway.ID = "gw-it"
+	c.MQTT.Listen = "127.0.0.1:0"
+	c.MQTT.AllowAnonymous = true
+	c.Kafka.Brokers = brokers
+	c.Aggregate.AllowedLateness = configs.Duration(time.Hour)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return &c
+}
+
+func quietLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// stack is a gateway and forwarder running against kfake.
+type stack struct {
+	gw      *gateway.Gateway
+	fwd     *bridge.Forwarder
+	brokers []string
+	stopGW  func()
+	stopFwd func()
+}
+
+func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack {
+	t.Helper()
+	log := quietLog()
+	fwd := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log},
+		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "it"}))
+	gw, err := gateway.New(cfg, fwd, log, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{gw: gw, fwd: fwd, brokers: cfg.Kafka.Brokers}
+	gctx, gcancel := context.WithCancel(context.Background())
+	fctx, fcancel := context.WithCancel(context.Background())
+	var gwg, fwg sync.WaitGroup
+	gwg.Add(1)
+	fwg.Add(1)
+	go func() {
+		defer gwg.Done()
+		if err := gw.Run(gctx); err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	}()
+	go func() {
+		defer fwg.Done()
+		if err := fwd.Run(fctx); err != nil {
+			t.Errorf("forwarder: %v", err)
+		}
+	}()
+	var once, once2 sync.Once
+	s.stopGW = func() { once.Do(func() { gcancel(); gwg.Wait() }) }
+	s.stopFwd = func() { once2.Do(func() { s.stopGW(); fcancel(); fwg.Wait() }) }
+	t.Cleanup(s.stopFwd)
+	return s
+}
+
+func connect(t *testing.T, addr, id, user, pass string) (*paho.Client, error) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id})
+	cp := &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}
+	if user != "" {
+		cp.Username, cp.UsernameFlag = user, true
+		cp.Password, cp.PasswordFlag = []byte(pass), true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, cp)
+	if err != nil {
+		conn.Close()
+		if ca != nil {
+			return nil, fmt.Errorf("connack %d: %w", ca.ReasonCode, err)
+		}
+		return nil, err
+	}
+	t.Cleanup(func() { c.Disconnect(&paho.Disconnect{}) })
+	return c, nil
+}
+
+// sent is the test's own record of a reading it published.
+type sent struct {
+	dev, metric, unit string
+	at                time.Time
+	v                 float64
+}
+
+type winKey struct {
+	dev, metric string
+	start       time.Time
+}
+
+// expected computes the whole-truth statistics of each window from what the
+// test sent, with a two-pass algorithm that shares no code with aggregate.
+func expected(readings []sent, window time.Duration) map[winKey]aggregate.Summary {
+	groups := map[winKey][]sent{}
+	var order []winKey
+	for _, r := range readings {
+		k := winKey{r.dev, r.metric, r.at.Truncate(window).UTC()}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], r)
+	}
+	out := map[winKey]aggregate.Summary{}
+	for _, k := range order {
+		g := groups[k]
+		s := aggregate.Summary{Gateway: "gw-it", Device: k.dev, Metric: k.metric, Unit: g[0].unit, WindowStart: k.start, WindowEnd: k.start.Add(window),
+			Min: math.Inf(1), Max: math.Inf(-1)}
+		firstT, lastT := g[0].at, g[0].at
+		s.First, s.Last = g[0].v, g[0].v
+		for _, r := range g {
+			s.Count++
+			s.Sum += r.v
+			s.Min, s.Max = math.Min(s.Min, r.v), math.Max(s.Max, r.v)
+			if r.at.Before(firstT) {
+				firstT, s.First = r.at, r.v
+			}
+			if !r.at.Before(lastT) {
+				lastT, s.Last = r.at, r.v
+			}
+		}
+		s.Mean = s.Sum / float64(s.Count)
+		var ss float64
+		for _, r := range g {
+			ss += (r.v - s.Mean) * (r.v - s.Mean)
+		}
+		s.Stddev = math.Sqrt(ss / float64(s.Count))
+		out[k] = s
+	}
+	return out
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+func sameStats(got, want aggregate.Summary) bool {
+	return got.Gateway == want.Gateway && got.Unit == want.Unit && got.WindowEnd.Equal(want.WindowEnd) &&
+		got.Count == want.Count && got.Min == want.Min && got.Max == want.Max && near(got.Sum, want.Sum) &&
+		near(got.Mean, want.Mean) && got.First == want.First && got.Last == want.Last && near(got.Stddev, want.Stddev)
+}
+
+// TestEndToEnd publishes every payload form at QoS 0 and 1 through a real
+// mochi listener with paho clients, and reads the summaries back from kfake
+// with a read_committed sarama consumer. Every field of every summary is
+// compared with values the test computes from what it sent.
+func TestEndToEnd(t *testing.T) {
+	_, brokers := kafkatest.Start(t, 3, summariesTopic, deadTopic)
+	cfg := testConfig(t, brokers)
+	st := startStack(t, cfg, func() time.Time { return t0 })
+	addr := st.gw.Addr()
+	at := func(s string) time.Time { tt, _ := time.Parse(time.RFC3339Nano, s); return tt }
+
+	var truth []sent
+	type pub struct {
+		topic, payload string
+		qos            byte
+		readings       []sent
+	}
+	pubs := map[string][]pub{
+		// bare numbers: arrival time (the injected clock), QoS 1
+		"dev-a": {
+			{"sensors/dev-a/temp", "20", 1, []sent{{"dev-a", "temp", "", t0, 20}}},
+			{"sensors/dev-a/temp", "21.5", 1, []sent{{"dev-a", "temp", "", t0, 21.5}}},
+			{"sensors/dev-a/temp", "-3", 1, []sent{{"dev-a", "temp", "", t0, -3}}},
+		},
+		// {"v","t"} with RFC 3339, Unix ms and seconds, QoS 0
+		"dev-b": {
+			{"sensors/dev-b/rh", `{"v":40,"t":"2026-11-30T10:00:10Z"}`, 0, []sent{{"dev-b", "rh", "", at("2026-11-30T10:00:10Z"), 40}}},
+			{"sensors/dev-b/rh", `{"v":42.5,"t":1796032850500}`, 0, []sent{{"dev-b", "rh", "", at("2026-11-30T10:00:50.5Z"), 42.5}}},
+			{"sensors/dev-b/rh", `{"t":1796032870,"v":41,"u":"%RH"}`, 0, []sent{{"dev-b", "rh", "%RH", at("2026-11-30T10:01:10Z"), 41}}},
+		},
+		// JSON object of metrics with t, QoS 1
+		"dev-c": {
+			{"sensors/dev-c", `{"t":"2026-11-30T10:02:00Z","temp_c":21.5,"rh":40}`, 1, []sent{
+				{"dev-c", "temp_c", "", at("2026-11-30T10:02:00Z"), 21.5}, {"dev-c", "rh", "", at("2026-11-30T10:02:00Z"), 40}}},
+			{"sensors/dev-c", `{"temp_c":22.5,"rh":44,"t":"2026-11-30T10:02:30Z"}`, 1, []sent{
+				{"dev-c", "temp_c", "", at("2026-11-30T10:02:30Z"), 22.5}, {"dev-c", "rh", "", at("2026-11-30T10:02:30Z"), 44}}},
+		},
+		// SenML pack with base name/time/unit and a relative time, QoS 1
+		"dev-d": {
+			{"sensors/dev-d", `[{"bn":"urn:dev:d:","bt":1796032920,"bu":"Cel","n":"temp","v":19},{"n":"temp","t":15,"v":20.5},{"n":"p","u":"Pa","v":101325},{"n":"temp","t":-1e9,"v":1}]`, 1, nil},
+		},
+		// late data: rev 0 of 10:02 closes when 10:04 arrives; a late reading revises it
+		"dev-e": {
+			{"sensors/dev-e/t", `{"v":1,"t":"2026-11-30T10:02:10Z"}`, 1, []sent{{"dev-e", "t", "", at("2026-11-30T10:02:10Z"), 1}}},
+			{"sensors/dev-e/t", `{"v":2,"t":"2026-11-30T10:02:20Z"}`, 1, []sent{{"dev-e", "t", "", at("2026-11-30T10:02:20Z"), 2}}},
+			{"sensors/dev-e/t", `{"v":5,"t":"2026-11-30T10:04:00Z"}`, 1, []sent{{"dev-e", "t", "", at("2026-11-30T10:04:00Z"), 5}}},
+			{"sensors/dev-e/t", `{"v":3,"t":"2026-11-30T10:02:50Z"}`, 1, []sent{{"dev-e", "t", "", at("2026-11-30T10:02:50Z"), 3}}},
+		},
+		// refused: not a number, too far in the future, too late, NaN; and a topic that is not a reading
+		"dev-f": {
+			{"sensors/dev-f/t", `{"v":1,"t":"2026-11-30T10:05:00Z"}`, 1, []sent{{"dev-f", "t", "", at("2026-11-30T10:05:00Z"), 1}}},
+			{"sensors/dev-f/t", "hot", 1, nil},
+			{"sensors/dev-f/t", `{"v":1,"t":"2026-11-30T10:08:00Z"}`, 1, nil},
+			{"sensors/dev-f/t", `{"v":1,"t":"2026-11-30T08:00:00Z"}`, 1, nil},
+			{"sensors/dev-f/t", "NaN", 0, nil},
+			{"devices/dev-f/status", "online", 1, nil},
+		},
+	}
+	// SenML records resolved by hand from RFC 8428: bt 1796032920 is
+	// 10:02:00; the last record's bt + t = 796032920 is not below 2^28, so
+	// it is an absolute time (in 1995) and far too late.
+	pubs["dev-d"][0].readings = []sent{
+		{"dev-d", "temp", "Cel", at("2026-11-30T10:02:00Z"), 19},
+		{"dev-d", "temp", "Cel", at("2026-11-30T10:02:15Z"), 20.5},
+		{"dev-d", "p", "Pa", at("2026-11-30T10:02:00Z"), 101325},
+	}
+
+	var wg sync.WaitGroup
+	for dev, list := range pubs {
+		c, err := connect(t, addr, dev, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list {
+			truth = append(truth, p.readings...)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, p := range list {
+				if _, err := c.Publish(context.Background(), &paho.Publish{Topic: p.topic, QoS: p.qos, Payload: []byte(p.payload)}); err != nil {
+					t.Errorf("%s publish %s: %v", dev, p.topic, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// QoS 0 publications have no acknowledgement: wait until the gateway has
+	// seen all reading-topic publications (all but the status topic).
+	wantPubs := uint64(0)
+	for _, list := range pubs {
+		wantPubs += uint64(len(list))
+	}
+	wantPubs--
+	deadline := time.Now().Add(10 * time.Second)
+	for st.gw.Stats().Publishes < wantPubs && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// dev-e's order matters: it published serially, so its late reading came last.
+	st.stopGW() // closes every open window
+	stats := st.gw.Stats()
+
+	want := expected(truth, time.Minute)
+	// Summaries: one per window, plus one revision for dev-e 10:02.
+	msgs := kafkatest.Consume(t, brokers, summariesTopic, len(want)+1, 20*time.Second)
+	highest := map[winKey]aggregate.Summary{}
+	for _, m := range msgs {
+		var s aggregate.Summary
+		if err := json.Unmarshal(m.Value, &s); err != nil {
+			t.Fatalf("summary %s: %v", m.Value, err)
+		}
+		k := winKey{s.Device, s.Metric, s.WindowStart.UTC()}
+		if prev, ok := highest[k]; ok && prev.Revision >= s.Revision {
+			t.Errorf("%v: revision %d after %d", k, s.Revision, prev.Revision)
+		}
+		highest[k] = s
+		if s.ID != aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, s.Revision) {
+			t.Errorf("%v: id %s is not deterministic", k, s.ID)
+		}
+		if string(m.Key) != "gw-it/"+s.Device {
+			t.Errorf("key %q for device %s", m.Key, s.Device)
+		}
+	}
+	if len(msgs) != len(want)+1 {
+		t.Errorf("%d summaries, want %d windows + 1 revision", len(msgs), len(want))
+	}
+	for k, w := range want {
+		g, ok := highest[k]
+		if !ok {
+			t.Errorf("missing window %v", k)
+			continue
+		}
+		if !sameStats(g, w) {
+			t.Errorf("%v:\n got %+v\nwant %+v", k, g, w)
+		}
+	}
+	for k := range highest {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected window %v", k)
+		}
+	}
+	e := highest[winKey{"dev-e", "t", at("2026-11-30T10:02:00Z")}]
+	if e.Revision != 1 || e.Late != 1 {
+		t.Errorf("dev-e 10:02: revision %d late %d, want 1 and 1", e.Revision, e.Late)
+	}
+
+	// Dead letters: "hot", the future reading, the too-late reading, NaN,
+	// and the 1995 SenML record: each with its reason.
+	dl := kafkatest.Consume(t, brokers, deadTopic, 5, 20*time.Second)
+	var reasons []string
+	for _, m := range dl {
+		var d map[string]any
+		if err := json.Unmarshal(m.Value, &d); err != nil {
+			t.Fatalf("dead letter %s: %v", m.Value, err)
+		}
+		reasons = append(reasons, fmt.Sprint(d["device"], ":", d["reason"]))
+	}
+	sort.Strings(reasons)
+	if got, w := strings.Join(reasons, " "), "dev-d:too_late dev-f:future dev-f:non_finite dev-f:not_a_number dev-f:too_late"; got != w {
+		t.Errorf("dead letters = %s, want %s", got, w)
+	}
+	// Every reading is accounted for in exactly one counter.
+	o := stats.Outcomes
+	if o["aggregated"] != uint64(len(truth)-1) || o["late_revised"] != 1 || o["too_late"] != 2 || o["future"] != 1 {
+		t.Errorf("outcomes %v, want %d aggregated, 1 revised, 2 too late, 1 future", o, len(truth)-1)
+	}
+	if stats.Rejected["not_a_number"] != 1 || stats.Rejected["non_finite"] != 1 {
+		t.Errorf("rejected %v", stats.Rejected)
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic)
+	cfg := testConfig(t, brokers)
+	cfg.MQTT.AllowAnonymous = false
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MQTT.UsersFile = filepath.Join(t.TempDir(), "users")
+	os.WriteFile(cfg.MQTT.UsersFile, []byte("# devices\ndev-1:"+string(hash)+"\n"), 0o600)
+	st := startStack(t, cfg, time.Now)
+	for name, tc := range map[string]struct {
+		user, pass string
+		ok         bool
+	}{
+		"right password":  {"dev-1", "s3cret", true},
+		"again (cached)":  {"dev-1", "s3cret", true},
+		"wrong password":  {"dev-1", "nope", false},
+		"unknown user":    {"dev-2", "s3cret", false},
+		"anonymous":       {"", "", false},
+		"cached then bad": {"dev-1", "s3cret ", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := connect(t, st.gw.Addr(), "c-"+strings.ReplaceAll(name, " ", "-"), tc.user, tc.pass)
+			if (err == nil) != tc.ok {
+				t.Errorf("connect err = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestLoadUsersErrors(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct{ content, want string }{
+		"no colon":   {"dev-1\n", ":1: want username:bcrypt-hash"},
+		"not bcrypt": {"dev-1:plaintext\n", `:1: user "dev-1": not a bcrypt hash`},
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_"))
+		os.WriteFile(p, []byte(tc.content), 0o600)
+		if _, err := gateway.LoadUsers(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+}
