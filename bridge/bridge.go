@@ -257,6 +257,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return true
 		}
 	}
+	// A batch being sent when ctx is cancelled is not abandoned (it would be
+	// sent twice): sends run under sendCtx, which ends Grace after ctx.
+	sendCtx, sendCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer sendCancel()
+	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.opts.Grace, sendCancel) })
+	defer stopGrace()
 	batch := make([]Record, 0, f.opts.BatchSize)
 	deliver := func(ctx context.Context) error {
 		for {
@@ -276,7 +282,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				f.setLink(true)
 				f.log.Info("kafka link up")
 			}
-			if err := p.Send(ctx, batch); err != nil {
+			if err := p.Send(sendCtx, batch); err != nil {
 				f.mu.Lock()
 				f.stats.SendErrors++
 				f.mu.Unlock()
@@ -309,8 +315,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		break
 	}
 	// Shutdown: a bounded grace period to deliver what is buffered.
-	gctx, cancel := context.WithTimeout(context.Background(), f.opts.Grace)
-	defer cancel()
+	gctx := sendCtx
 	for {
 		err := deliver(gctx)
 		if err == nil {

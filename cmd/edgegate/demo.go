@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/configs"
+	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+)
+
+type demoOptions struct {
+	mqtt     string
+	devices  int
+	window   time.Duration
+	interval time.Duration
+	duration time.Duration
+	verbose  bool
+}
+
+func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("demo", stderr)
+	var o demoOptions
+	fs.StringVar(&o.mqtt, "mqtt", "127.0.0.1:1883", "address for the MQTT broker (127.0.0.1:0 picks a free port)")
+	fs.IntVar(&o.devices, "devices", 6, "simulated devices")
+	fs.DurationVar(&o.window, "window", 10*time.Second, "aggregation window (1m in production)")
+	fs.DurationVar(&o.interval, "interval", time.Second, "how often each simulated device samples")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.BoolVar(&o.verbose, "v", false, "show the gateway's log")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.devices < 0 || o.window < time.Second || o.interval <= 0 {
+		return usageError{fmt.Errorf("demo: need --devices >= 0, --window >= 1s, --interval > 0")}
+	}
+	return runDemo(ctx, o, stdout, stderr)
+}
+
+// runDemo starts an in-process Kafka-protocol broker, the gateway and a
+// simulated fleet, and prints each summary as it arrives in Kafka.
+func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	cfg := configs.Default()
+	cfg.Gateway.ID = "demo-gw"
+	cfg.MQTT.Listen = o.mqtt
+	cfg.MQTT.AllowAnonymous = true
+	cfg.HTTP.Listen = ""
+	cfg.Aggregate.Window = configs.Duration(o.window)
+	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
+	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
+
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic))
+	if err != nil {
+		return fmt.Errorf("start in-process kafka: %w", err)
+	}
+	defer kafka.Close()
+	cfg.Kafka.Brokers = kafka.ListenAddrs()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logOut := io.Discard
+	if o.verbose {
+		logOut = stderr
+	}
+	log := newLogger(&cfg, logOut)
+	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "edgegate-demo"}), time.Now)
+	if err != nil {
+		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
+	}
+	addr := p.gw.Addr()
+	fmt.Fprintf(stdout, `edgegate demo: an in-process Kafka-protocol broker, the gateway, and %d simulated devices.
+  MQTT broker  %s   publish your own: mosquitto_pub -h %s -p %s -t sensors/my-device/temp_c -m 21.5
+  Kafka        %s   topics %s, %s (read with: kcat -C -b %s -t %s)
+  Demo mode: windows are %s (1m by default) so summaries show within seconds. Ctrl-C stops.
+
+`, o.devices, addr, host(addr), port(addr), cfg.Kafka.Brokers[0], cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic,
+		cfg.Kafka.Brokers[0], cfg.Kafka.SummariesTopic, o.window)
+
+	var wg sync.WaitGroup
+	gwCtx, gwCancel := context.WithCancel(context.Background())
+	defer gwCancel()
+	pipeDone := make(chan error, 1)
+	go func() { pipeDone <- p.run(gwCtx) }()
+
+	viewCtx, viewCancel := context.WithCancel(context.Background())
+	defer viewCancel()
+	view := &viewer{out: stdout}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := view.run(viewCtx, cfg.Kafka.Brokers, cfg.Kafka.SummariesTopic); err != nil {
+			fmt.Fprintf(stderr, "edgegate demo: summary viewer: %v\n", err)
+		}
+	}()
+
+	fleet := firmwaresim.NewFleet(addr, o.devices, "demo", o.interval, 1)
+	fleet.OnError = func(dev string, err error) {
+		if ctx.Err() == nil {
+			log.Warn("simulated device", "device", dev, "err", err)
+		}
+	}
+	fleet.Run(ctx) // until Ctrl-C or --duration
+
+	fmt.Fprintf(stdout, "\nstopping: closing open windows and delivering them...\n")
+	gwCancel()
+	err = <-pipeDone
+	// Let the viewer catch up with what the shutdown delivered.
+	want := p.gw.Stats().Summaries
+	deadline := time.Now().Add(3 * time.Second)
+	for view.records() < want && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	viewCancel()
+	wg.Wait()
+	st := p.status()
+	fmt.Fprintf(stdout, "\nreadings sent %d, aggregated %d, late revisions %d, dead letters %d; summaries emitted %d, delivered to Kafka %d\n",
+		len(fleet.Truth.Sent()), st.MQTT.Outcomes[aggregate.Aggregated.String()], st.MQTT.Outcomes[aggregate.Revised.String()],
+		deadLetters(st), st.MQTT.Summaries, st.Kafka.Delivered)
+	return err
+}
+
+func deadLetters(st status) uint64 {
+	var n uint64
+	for k, v := range st.MQTT.Outcomes {
+		if k != aggregate.Aggregated.String() && k != aggregate.Revised.String() {
+			n += v
+		}
+	}
+	for _, v := range st.MQTT.Rejected {
+		n += v
+	}
+	return n
+}
+
+// viewer prints summaries as a read_committed consumer sees them.
+type viewer struct {
+	out io.Writer
+	mu  sync.Mutex
+	n   uint64 // records seen (summaries and others)
+}
+
+func (v *viewer) records() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.n
+}
+
+func (v *viewer) run(ctx context.Context, brokers []string, topic string) error {
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
+	c, err := sarama.NewConsumer(brokers, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		return err
+	}
+	msgs := make(chan *sarama.ConsumerMessage)
+	var wg sync.WaitGroup
+	for _, part := range parts {
+		pc, err := c.ConsumePartition(topic, part, sarama.OffsetOldest)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer pc.Close()
+			for {
+				select {
+				case m := <-pc.Messages():
+					select {
+					case msgs <- m:
+					case <-ctx.Done():
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	const row = "%-17s  %-10s  %-9s  %-4s  %5v  %10v  %10v  %10v  %10v  %3v\n"
+	fmt.Fprintf(v.out, row, "window (UTC)", "device", "metric", "unit", "count", "min", "max", "mean", "last", "rev")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			var s aggregate.Summary
+			if err := json.Unmarshal(m.Value, &s); err != nil {
+				fmt.Fprintf(v.out, "undecodable record: %v\n", err)
+			} else {
+				g := func(f float64) string { return strconv.FormatFloat(f, 'g', 7, 64) }
+				fmt.Fprintf(v.out, row, s.WindowStart.UTC().Format("15:04:05")+"-"+s.WindowEnd.UTC().Format("15:04:05"),
+					s.Device, s.Metric, s.Unit, s.Count, g(s.Min), g(s.Max), g(s.Mean), g(s.Last), s.Revision)
+			}
+			v.mu.Lock()
+			v.n++
+			v.mu.Unlock()
+		}
+	}
+}
+
+func host(addr string) string {
+	h, _, _ := net.SplitHostPort(addr)
+	return h
+}
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}

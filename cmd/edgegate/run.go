@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flagSet("run", stderr)
+	path := fs.String("config", "", "config file (YAML)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*path)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	log.Info("edgegate starting", "version", version, "gateway", cfg.Gateway.ID, "mqtt", cfg.MQTT.Listen,
+		"kafka", cfg.Kafka.Brokers, "window", cfg.Aggregate.Window.D().String())
+	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID}), time.Now)
+	if err != nil {
+		return err
+	}
+	err = p.run(ctx)
+	log.Info("edgegate stopped", "err", err)
+	return err
+}
+
+func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.Log.Level)) // validated by configs
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.Log.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// pipeline is the gateway, its forwarder and the HTTP endpoint.
+type pipeline struct {
+	cfg  *configs.Config
+	log  *slog.Logger
+	gw   *gateway.Gateway
+	fwd  *bridge.Forwarder
+	http net.Listener
+}
+
+func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
+	fwd := bridge.NewForwarder(bridge.Options{
+		Gateway:         cfg.Gateway.ID,
+		SummariesTopic:  cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic,
+		Buffer:          cfg.Kafka.BufferSummaries,
+		Logger:          log.With("component", "bridge"),
+	}, connect)
+	gw, err := gateway.New(cfg, fwd, log, now)
+	if err != nil {
+		return nil, err
+	}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd}
+	if cfg.HTTP.Listen != "" {
+		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
+			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
+		}
+	}
+	return p, nil
+}
+
+// run runs until ctx is cancelled. Shutdown follows the data: the gateway
+// stops accepting and closes its open windows, then the forwarder gets its
+// grace period to deliver them, then the HTTP endpoint stops.
+func (p *pipeline) run(ctx context.Context) error {
+	fctx, fcancel := context.WithCancel(context.Background())
+	defer fcancel()
+	fwdDone := make(chan error, 1)
+	go func() { fwdDone <- p.fwd.Run(fctx) }()
+
+	var srv *http.Server
+	httpDone := make(chan error, 1)
+	if p.http != nil {
+		srv = &http.Server{Handler: p.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() { httpDone <- srv.Serve(p.http) }()
+		p.log.Info("http endpoint listening", "addr", p.http.Addr().String())
+	}
+
+	gwErr := p.gw.Run(ctx)
+	fcancel()
+	fwdErr := <-fwdDone
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		srv.Shutdown(sctx)
+		cancel()
+		if err := <-httpDone; !errors.Is(err, http.ErrServerClosed) {
+			p.log.Warn("http endpoint", "err", err)
+		}
+	}
+	return errors.Join(gwErr, fwdErr)
+}
+
+type status struct {
+	Gateway string         `json:"gateway"`
+	Version string         `json:"version"`
+	MQTT    gateway.Stats  `json:"mqtt"`
+	Kafka   bridge.Stats   `json:"kafka"`
+	Now     time.Time      `json:"now"`
+}
+
+func (p *pipeline) status() status {
+	return status{Gateway: p.cfg.Gateway.ID, Version: version, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: time.Now().UTC()}
+}
+
+// handler serves /healthz (the process is alive), /readyz (the broker is
+// listening; says whether Kafka is reachable without failing readiness) and
+// /api/status (counters as JSON).
+func (p *pipeline) handler() http.Handler {
+	mux := http.NewServeMux()
+	writeJSON := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": p.fwd.Stats().LinkUp})
+	})
+	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, p.status())
+	})
+	return mux
+}
