@@ -110,11 +110,11 @@ func (p *pipeline) run(ctx context.Context) error {
 }
 
 type status struct {
-	Gateway string         `json:"gateway"`
-	Version string         `json:"version"`
-	MQTT    gateway.Stats  `json:"mqtt"`
-	Kafka   bridge.Stats   `json:"kafka"`
-	Now     time.Time      `json:"now"`
+	Gateway string        `json:"gateway"`
+	Version string        `json:"version"`
+	MQTT    gateway.Stats `json:"mqtt"`
+	Kafka   bridge.Stats  `json:"kafka"`
+	Now     time.Time     `json:"now"`
 }
 
 func (p *pipeline) status() status {

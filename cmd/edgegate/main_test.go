@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = runMain(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheck(t *testing.T) {
+	code, out, errs := run(t, "check", "--config", "../../configs/testdata/minimal.good.yaml")
+	if code != 0 || !strings.Contains(out, "is valid") || !strings.Contains(out, "summaries_topic: edge.summaries") {
+		t.Errorf("check good: code %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = run(t, "check", "--config", "../../configs/testdata/unknown-key.bad.yaml")
+	want := "edgegate: config ../../configs/testdata/unknown-key.bad.yaml: mqtt.listn: unknown key (line 3); did you mean mqtt.listen?\n"
+	if code != 1 || out != "" || errs != want {
+		t.Errorf("check bad: code %d stdout %q stderr %q, want 1 and %q", code, out, errs, want)
+	}
+	if code, _, errs := run(t, "check"); code != 2 || !strings.Contains(errs, "--config FILE is required") {
+		t.Errorf("check without --config: code %d stderr %q", code, errs)
+	}
+}
+
+func TestRunBadConfigIsOneLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("mqtt:\n  allow_anonymous: true\naggregate:\n  window: soon\nkafka:\n  brokers: [k:9092]\n"), 0o600)
+	code, _, errs := run(t, "run", "--config", bad)
+	if code != 1 || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, `aggregate.window: "soon" is not a duration`) {
+		t.Errorf("code %d stderr %q", code, errs)
+	}
+	missing := filepath.Join(dir, "users.yaml")
+	os.WriteFile(missing, []byte("mqtt:\n  users_file: "+filepath.Join(dir, "nope")+"\nkafka:\n  brokers: [k:9092]\n"), 0o600)
+	if code, _, errs := run(t, "run", "--config", missing); code != 1 || !strings.Contains(errs, "mqtt.users_file: open ") {
+		t.Errorf("missing users file: code %d stderr %q", code, errs)
+	}
+}
+
+func TestUnknownCommand(t *testing.T) {
+	if code, _, errs := run(t, "frobnicate"); code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
+		t.Errorf("code %d stderr %q", code, errs)
+	}
+	if code, out, _ := run(t, "version"); code != 0 || !strings.HasPrefix(out, "edgegate dev (go") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+// TestDemo runs the first-run experience for 15 s with its defaults and
+// checks that summaries appear before it stops, and that the closing tally
+// adds up: every reading the fleet sent was aggregated, and every summary
+// emitted reached Kafka.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("15 s")
+	}
+	var out, errb bytes.Buffer
+	start := time.Now()
+	err := runDemo(context.Background(), demoOptions{mqtt: "127.0.0.1:0", devices: 4, window: 10 * time.Second,
+		interval: time.Second, duration: 15 * time.Second}, &out, &errb)
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, errb.String())
+	}
+	text := out.String()
+	before, _, ok := strings.Cut(text, "stopping:")
+	if !ok {
+		t.Fatalf("no stopping line:\n%s", text)
+	}
+	rows := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d-\d\d:\d\d:\d\d  demo-00\d`).FindAllString(before, -1)
+	if len(rows) == 0 {
+		t.Errorf("no summary shown within %v:\n%s", time.Since(start), text)
+	}
+	m := regexp.MustCompile(`readings sent (\d+), aggregated (\d+), late revisions (\d+), dead letters (\d+); summaries emitted (\d+), delivered to Kafka (\d+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no tally:\n%s", text)
+	}
+	n := make([]int, 7)
+	for i := 1; i < 7; i++ {
+		n[i], _ = strconv.Atoi(m[i])
+	}
+	if n[1] == 0 || n[1] != n[2] || n[3] != 0 || n[4] != 0 || n[5] == 0 || n[5] != n[6] {
+		t.Errorf("tally does not add up: %s", m[0])
+	}
+	allRows := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d-\d\d:\d\d:\d\d  demo-00\d`).FindAllString(text, -1)
+	if len(allRows) != n[5] {
+		t.Errorf("%d rows shown, %d summaries delivered", len(allRows), n[5])
+	}
+}
