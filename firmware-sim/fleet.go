@@ -16,6 +16,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
@@ -142,6 +143,21 @@ type Fleet struct {
 	// OnError, if set, receives connection and publish errors; the device
 	// reconnects after a pause.
 	OnError func(device string, err error)
+
+	sent, acked, errs, connects atomic.Uint64
+}
+
+// FleetStats counts what a fleet has done so far.
+type FleetStats struct {
+	Sent     uint64 // readings published
+	Acked    uint64 // readings acknowledged (QoS > 0)
+	Errors   uint64 // connection and publish errors
+	Connects uint64 // successful connections, first ones included
+}
+
+// Stats returns the fleet's counters; safe to call while it runs.
+func (f *Fleet) Stats() FleetStats {
+	return FleetStats{Sent: f.sent.Load(), Acked: f.acked.Load(), Errors: f.errs.Load(), Connects: f.connects.Load()}
 }
 
 // Run runs every device until ctx is cancelled, then disconnects them.
@@ -164,6 +180,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 }
 
 func (f *Fleet) report(dev string, err error) {
+	f.errs.Add(1)
 	if f.OnError != nil && err != nil {
 		f.OnError(dev, err)
 	}
@@ -193,13 +210,21 @@ func (f *Fleet) runDevice(ctx context.Context, d Device, rng *rand.Rand, now fun
 				c = nil
 				continue
 			}
+			f.connects.Add(1)
 		}
 		t := now()
 		msgs, sent := Encode(d, t, rng)
+		// A sample that has begun is finished even if ctx ends meanwhile, as
+		// firmware would: the truth log then matches the wire exactly.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		for i, m := range msgs {
-			_, err := c.Publish(ctx, &paho.Publish{Topic: m.Topic, QoS: d.QoS, Payload: m.Payload})
+			_, err := c.Publish(pctx, &paho.Publish{Topic: m.Topic, QoS: d.QoS, Payload: m.Payload})
 			for j := range sent {
 				if sent[j].msg == i {
+					f.sent.Add(1)
+					if err == nil && d.QoS > 0 {
+						f.acked.Add(1)
+					}
 					sent[j].Acked = err == nil && d.QoS > 0
 					if err != nil {
 						sent[j].Err = err.Error()
@@ -213,6 +238,7 @@ func (f *Fleet) runDevice(ctx context.Context, d Device, rng *rand.Rand, now fun
 				break
 			}
 		}
+		cancel()
 		if f.Truth != nil {
 			out := make([]Sent, len(sent))
 			for i, s := range sent {
