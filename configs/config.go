@@ -80,6 +80,9 @@ type Kafka struct {
 // HTTP configures the operations endpoint.
 type HTTP struct {
 	Listen string `yaml:"listen"`
+	// Pprof serves Go's profiler under /debug/pprof/, for diagnosing memory
+	// and CPU use in the field. Off by default.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Log configures logging.

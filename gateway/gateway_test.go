@@ -405,3 +405,63 @@ func TestLoadUsersErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutingStillWorks checks that readings still reach local subscribers,
+// and retained publications are kept, although the gateway tells mochi to
+// skip routing when nobody is subscribed.
+func TestRoutingStillWorks(t *testing.T) {
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic)
+	st := startStack(t, testConfig(t, brokers), time.Now)
+	addr := st.gw.Addr()
+	dev, err := connect(t, addr, "dev-r", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Retained, with no subscriber yet: must be kept for later subscribers.
+	if _, err := dev.Publish(ctx, &paho.Publish{Topic: "sensors/dev-r/state", QoS: 1, Retain: true, Payload: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	// Not retained, no subscriber: acknowledged, goes nowhere.
+	if _, err := dev.Publish(ctx, &paho.Publish{Topic: "sensors/dev-r/temp", QoS: 1, Payload: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 10)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "dashboard", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(p paho.PublishReceived) (bool, error) {
+			got <- p.Packet.Topic + "=" + string(p.Packet.Payload)
+			return true, nil
+		},
+	}})
+	if _, err := sub.Connect(ctx, &paho.Connect{ClientID: "dashboard", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Disconnect(&paho.Disconnect{})
+	if _, err := sub.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "sensors/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.Publish(ctx, &paho.Publish{Topic: "sensors/dev-r/temp", QoS: 1, Payload: []byte("3")}); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	timeout := time.After(5 * time.Second)
+	for len(seen) < 2 {
+		select {
+		case m := <-got:
+			seen = append(seen, m)
+		case <-timeout:
+			t.Fatalf("subscriber saw %v, want the retained state and the new reading", seen)
+		}
+	}
+	sort.Strings(seen)
+	if strings.Join(seen, " ") != "sensors/dev-r/state=1 sensors/dev-r/temp=3" {
+		t.Errorf("subscriber saw %v", seen)
+	}
+	if n := st.gw.Stats().Outcomes["aggregated"]; n != 3 {
+		t.Errorf("aggregated %d readings, want 3", n)
+	}
+}

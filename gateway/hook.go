@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -43,11 +44,19 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool { return true }
 
 // OnPublish runs in the publisher's goroutine before the acknowledgement.
+//
+// When no client is subscribed to anything, a publication that is not to be
+// retained has nowhere to go; saying so (CodeSuccessIgnore) spares mochi its
+// subscriber lookup, which allocates several maps per message, without
+// changing the acknowledgement.
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil
 	}
 	h.g.ingest(pk.TopicName, cl.ID, pk.Payload)
+	if !pk.FixedHeader.Retain && atomic.LoadInt64(&h.g.server.Info.Subscriptions) == 0 {
+		return pk, packets.CodeSuccessIgnore
+	}
 	return pk, nil
 }
 
