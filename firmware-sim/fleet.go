@@ -187,15 +187,22 @@ func (f *Fleet) report(dev string, err error) {
 }
 
 func (f *Fleet) runDevice(ctx context.Context, d Device, rng *rand.Rand, now func() time.Time) {
-	// Start at a random phase so a fleet does not publish in lockstep.
-	timer := time.NewTimer(time.Duration(rng.Int64N(int64(d.Interval) + 1)))
-	defer timer.Stop()
+	// Connect at once, as a device does when it boots, then sample at a
+	// random phase so a fleet does not publish in lockstep.
 	var c *paho.Client
 	defer func() {
 		if c != nil {
 			c.Disconnect(&paho.Disconnect{})
 		}
 	}()
+	if cc, err := Dial(ctx, f.Addr, d.ID, d.Username, d.Password); err != nil {
+		f.report(d.ID, err)
+	} else {
+		c = cc
+		f.connects.Add(1)
+	}
+	timer := time.NewTimer(time.Duration(rng.Int64N(int64(d.Interval) + 1)))
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():

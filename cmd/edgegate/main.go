@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/edgegate/edgegate/configs"
@@ -35,7 +36,16 @@ Usage:
 Run "edgegate COMMAND -h" for a command's flags.
 `
 
+// defaultGCPercent is the garbage collector's target unless GOGC is set.
+// Go's default of 100 lets the heap grow to twice what is live; at 50 a
+// gateway with 1,000 devices at 10k QoS 1 readings/s peaks at about 72 MiB
+// RSS instead of 92 MiB, for no measurable CPU (see README, "Memory").
+const defaultGCPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))
