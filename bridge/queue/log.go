@@ -1,0 +1,404 @@
+// Package queue is a crash-safe, segmented, append-only log of opaque
+// records numbered by sequence. It knows bytes and positions, nothing of
+// MQTT or Kafka. FORMAT.md beside this file documents the on-disk format
+// and the recovery rules.
+//
+// Append writes records; Sync makes them durable; readers see only durable
+// records. A Committer batches appends from many goroutines into one fsync
+// (group commit). A failed fsync fails the log for good.
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// ErrFull is returned by Append when the log would exceed Options.MaxBytes.
+var ErrFull = errors.New("queue: full (max_bytes reached)")
+
+// ErrClosed is returned after Close.
+var ErrClosed = errors.New("queue: closed")
+
+// Options configures a Log.
+type Options struct {
+	SegmentBytes int64 // roll to a new segment beyond this size; default 16 MiB
+	MaxBytes     int64 // refuse appends beyond this total size; 0 means no limit
+	Logger       *slog.Logger
+}
+
+// Stats describes the log and what recovery found.
+type Stats struct {
+	First       uint64 // first record still on disk (== Next when empty)
+	Next        uint64 // sequence number the next record will get
+	Durable     uint64 // records below this are durable
+	Bytes       int64  // total size of the segments
+	Segments    int
+	Truncated   int64  // bytes cut from the tail at Open (torn or corrupt)
+	Quarantined int    // sealed segments moved to quarantine/
+	Lost        uint64 // records in quarantined segments or gaps
+	Syncs       uint64 // successful Sync calls
+}
+
+type segment struct {
+	first uint64
+	path  string
+	size  int64
+}
+
+// Log is a segmented append-only log in one directory. Its methods are safe
+// for concurrent use.
+type Log struct {
+	dir  string
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	segs     []*segment // sorted by first; the last is active
+	active   *os.File
+	next     uint64
+	durable  uint64
+	bytes    int64
+	unsynced []*os.File // sealed since the last Sync; synced and closed by it
+	dirDirty bool
+	failed   error
+	closed   bool
+	stats    Stats
+}
+
+func segName(first uint64) string { return fmt.Sprintf("%020d.seg", first) }
+
+func parseSegName(name string) (uint64, bool) {
+	s, ok := strings.CutSuffix(name, ".seg")
+	if !ok || len(s) != 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// Open opens or creates the log in dir and recovers it as FORMAT.md says.
+func Open(dir string, opts Options) (*Log, error) {
+	if opts.SegmentBytes <= 0 {
+		opts.SegmentBytes = 16 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", dir, err)
+	}
+	l := &Log{dir: dir, opts: opts, log: opts.Logger}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open queue %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") {
+			os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		first, ok := parseSegName(name)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, fmt.Errorf("open queue %s: %w", dir, err)
+		}
+		l.segs = append(l.segs, &segment{first: first, path: filepath.Join(dir, name), size: info.Size()})
+	}
+	sort.Slice(l.segs, func(i, j int) bool { return l.segs[i].first < l.segs[j].first })
+	if len(l.segs) == 0 {
+		if err := l.createSegment(1); err != nil {
+			return nil, err
+		}
+		if err := syncDir(dir); err != nil {
+			return nil, err
+		}
+	} else if err := l.recoverActive(); err != nil {
+		return nil, err
+	}
+	for _, s := range l.segs {
+		l.bytes += s.size
+	}
+	l.durable = l.next
+	return l, nil
+}
+
+// recoverActive scans the last segment, truncates it after its last valid
+// frame, and opens it for appending.
+func (l *Log) recoverActive() error {
+	s := l.segs[len(l.segs)-1]
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("recover segment %s: %w", s.path, err)
+	}
+	valid := int64(0)
+	seq := s.first
+	if validHeader(data) {
+		valid = headerSize
+		for {
+			_, n, err := parseFrame(data[valid:], valid, seq)
+			if err != nil {
+				break
+			}
+			valid += int64(n)
+			seq++
+		}
+	}
+	f, err := os.OpenFile(s.path, os.O_RDWR, 0o640)
+	if err != nil {
+		return fmt.Errorf("recover segment %s: %w", s.path, err)
+	}
+	if cut := int64(len(data)) - valid; cut > 0 || valid == 0 {
+		l.stats.Truncated += cut
+		l.log.Warn("queue: damaged tail truncated", "segment", s.path, "bytes", cut, "valid_records", seq-s.first)
+		if err := f.Truncate(valid); err != nil {
+			f.Close()
+			return fmt.Errorf("truncate segment %s: %w", s.path, err)
+		}
+		if valid == 0 {
+			if _, err := f.WriteAt(segmentHeader(), 0); err != nil {
+				f.Close()
+				return fmt.Errorf("rewrite segment header %s: %w", s.path, err)
+			}
+			valid = headerSize
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return fmt.Errorf("sync segment %s: %w", s.path, err)
+		}
+	}
+	if _, err := f.Seek(valid, io.SeekStart); err != nil {
+		f.Close()
+		return fmt.Errorf("seek segment %s: %w", s.path, err)
+	}
+	s.size = valid
+	l.active = f
+	l.next = seq
+	return nil
+}
+
+// createSegment starts a new active segment whose first record is first.
+func (l *Log) createSegment(first uint64) error {
+	path := filepath.Join(l.dir, segName(first))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("create segment %s: %w", path, err)
+	}
+	if _, err := f.Write(segmentHeader()); err != nil {
+		f.Close()
+		return fmt.Errorf("write segment header %s: %w", path, err)
+	}
+	l.segs = append(l.segs, &segment{first: first, path: path, size: headerSize})
+	l.active = f
+	l.next = first
+	l.dirDirty = true
+	return nil
+}
+
+// Append writes records to the log and returns the sequence number of the
+// first. They are durable after the next Sync. The whole batch is refused
+// with ErrFull if it would take the log over MaxBytes.
+func (l *Log) Append(records ...[]byte) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, r := range records {
+		if len(r) == 0 || len(r) > maxPayload {
+			if len(r) == 0 {
+				return 0, errors.New("queue: empty record")
+			}
+			return 0, ErrTooLarge
+		}
+		total += frameSize(len(r))
+	}
+	if l.opts.MaxBytes > 0 && l.bytes+total > l.opts.MaxBytes {
+		return 0, ErrFull
+	}
+	first := l.next
+	buf := make([]byte, 0, min(total, l.opts.SegmentBytes))
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		if _, err := l.active.Write(buf); err != nil {
+			l.failed = fmt.Errorf("write segment %s: %w", l.segs[len(l.segs)-1].path, err)
+			return l.failed
+		}
+		l.segs[len(l.segs)-1].size += int64(len(buf))
+		l.bytes += int64(len(buf))
+		buf = buf[:0]
+		return nil
+	}
+	for _, r := range records {
+		act := l.segs[len(l.segs)-1]
+		if act.size+int64(len(buf))+frameSize(len(r)) > l.opts.SegmentBytes && act.size+int64(len(buf)) > headerSize {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+			l.unsynced = append(l.unsynced, l.active)
+			if err := l.createSegment(l.next); err != nil {
+				l.failed = err
+				return 0, err
+			}
+			l.bytes += headerSize
+		}
+		buf = appendFrame(buf, l.next, r)
+		l.next++
+	}
+	if err := flush(); err != nil {
+		return 0, err
+	}
+	return first, nil
+}
+
+func (l *Log) usable() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.failed
+}
+
+// Sync makes every record appended before it was called durable. A failure
+// fails the log: the caller must not acknowledge anything it appended, and
+// should stop the process.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	if err := l.usable(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	files := append(l.unsynced, l.active)
+	l.unsynced = nil
+	dirDirty := l.dirDirty
+	l.dirDirty = false
+	upTo := l.next
+	l.mu.Unlock()
+
+	var err error
+	for i, f := range files {
+		if e := f.Sync(); e != nil && err == nil {
+			err = fmt.Errorf("fsync %s: %w", f.Name(), e)
+		}
+		if i < len(files)-1 {
+			f.Close() // sealed
+		}
+	}
+	if err == nil && dirDirty {
+		err = syncDir(l.dir)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.failed = err
+		return err
+	}
+	if upTo > l.durable {
+		l.durable = upTo
+	}
+	l.stats.Syncs++
+	return nil
+}
+
+// DropBefore removes the sealed segments whose records are all below seq.
+// The caller must already have made durable, elsewhere, the fact that those
+// records are no longer needed.
+func (l *Log) DropBefore(seq uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return err
+	}
+	n := 0
+	for n < len(l.segs)-1 && l.segs[n+1].first <= seq {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	for _, s := range l.segs[:n] {
+		if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove segment %s: %w", s.path, err)
+		}
+		l.bytes -= s.size
+	}
+	l.segs = append(l.segs[:0], l.segs[n:]...)
+	return syncDir(l.dir)
+}
+
+// Stats returns the log's counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.First = l.segs[0].first
+	s.Next = l.next
+	s.Durable = l.durable
+	s.Bytes = l.bytes
+	s.Segments = len(l.segs)
+	return s
+}
+
+// Close syncs and closes the log.
+func (l *Log) Close() error {
+	err := l.Sync()
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	if cerr := l.active.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// quarantine moves a damaged sealed segment aside and forgets it; read is
+// how many of its records were read before the damage.
+func (l *Log) quarantine(first, read uint64, why error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, s := range l.segs {
+		if s.first != first || i == len(l.segs)-1 {
+			continue
+		}
+		qdir := filepath.Join(l.dir, "quarantine")
+		os.MkdirAll(qdir, 0o750)
+		if err := os.Rename(s.path, filepath.Join(qdir, filepath.Base(s.path))); err != nil {
+			l.log.Error("queue: cannot quarantine damaged segment", "segment", s.path, "err", err)
+		}
+		syncDir(l.dir)
+		l.stats.Quarantined++
+		l.stats.Lost += l.segs[i+1].first - s.first - read
+		l.bytes -= s.size
+		l.segs = append(l.segs[:i], l.segs[i+1:]...)
+		l.log.Error("queue: damaged segment quarantined", "segment", s.path, "records_lost", l.stats.Lost, "reason", why)
+		return
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
