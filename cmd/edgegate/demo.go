@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -49,13 +50,20 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // runDemo starts an in-process Kafka-protocol broker, the gateway and a
 // simulated fleet, and prints each summary as it arrives in Kafka.
 func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error {
+	stdout = &syncWriter{w: stdout} // the viewer and this goroutine both print
 	if o.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
 		defer cancel()
 	}
+	dataDir, err := os.MkdirTemp("", "edgegate-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dataDir)
 	cfg := configs.Default()
 	cfg.Gateway.ID = "demo-gw"
+	cfg.Gateway.DataDir = dataDir
 	cfg.MQTT.Listen = o.mqtt
 	cfg.MQTT.AllowAnonymous = true
 	cfg.HTTP.Listen = ""
@@ -229,4 +237,16 @@ func host(addr string) string {
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
+}
+
+// syncWriter serialises writes from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
