@@ -1,17 +1,20 @@
 // Package bridge ships the gateway's output (summaries and dead letters) to
 // Kafka whenever the uplink is up.
 //
-// A Forwarder holds outbound records in a bounded buffer and delivers them,
-// in order, through a Producer; when the link is down it reconnects with
-// capped exponential backoff and jitter while the buffer absorbs the backlog.
-// Delivery is at-least-once: a batch whose outcome is unknown is sent again.
-// The package knows nothing of MQTT.
+// A Forwarder keeps outbound records in a crash-safe queue on disk
+// (package queue), bounded by a byte quota, and delivers them in order
+// through a Producer; when the link is down it reconnects with capped
+// exponential backoff and jitter while the queue absorbs the backlog. The
+// delivered position is stored beside the queue after each batch. Delivery
+// is at-least-once: a batch whose outcome is unknown is sent again. The
+// package knows nothing of MQTT.
 package bridge
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -19,6 +22,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge/queue"
 )
 
 // Header is one Kafka record header.
@@ -46,53 +50,78 @@ type Producer interface {
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)
 
+// FullPolicy says what happens when the outbound queue reaches its quota.
+type FullPolicy int
+
+const (
+	// Backpressure: Full reports true from 90% of the quota, so the gateway
+	// stops acknowledging QoS > 0 readings and devices keep them; summaries of
+	// readings already accepted still fit in the remaining 10%. Only if that
+	// too runs out is the oldest segment dropped (counted).
+	Backpressure FullPolicy = iota
+	// DropOldest: the oldest undelivered records are dropped to make room,
+	// a segment at a time, and counted.
+	DropOldest
+)
+
 // Options configures a Forwarder.
 type Options struct {
 	Gateway         string
 	SummariesTopic  string
 	DeadletterTopic string
-	Buffer          int           // records held while the link is down; oldest dropped beyond
+	Dir             string        // directory of the outbound queue
+	MaxBytes        int64         // quota of the outbound queue; default 1 GiB
+	Policy          FullPolicy    // what to do when the quota is reached
 	BatchSize       int           // records per Send; default 500
+	SyncInterval    time.Duration // how often appended records are made durable and sent; default 50ms
 	MinBackoff      time.Duration // first reconnect delay; default 100ms
 	MaxBackoff      time.Duration // reconnect delay cap; default 5s
-	Grace           time.Duration // at shutdown, time allowed to deliver what is buffered; default 5s
+	Grace           time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
 	Logger          *slog.Logger
 }
 
 // Stats is a snapshot of the forwarder's counters.
 type Stats struct {
-	Buffered   int
-	Enqueued   uint64
-	Delivered  uint64
-	Dropped    uint64 // oldest records dropped because the buffer was full
-	LinkUp     bool
-	Connects   uint64 // successful connections
-	SendErrors uint64
+	Queued      uint64 // records written to the queue and not yet delivered
+	QueueBytes  int64
+	Enqueued    uint64
+	Delivered   uint64
+	Dropped     uint64 // records dropped to respect the quota
+	Full        bool   // the queue is over its backpressure mark
+	LinkUp      bool
+	Connects    uint64 // successful connections
+	SendErrors  uint64
+	Truncated   int64  // bytes cut from a damaged queue tail at start-up
+	Quarantined int    // damaged queue segments set aside
+	Lost        uint64 // records in damaged segments
 }
 
-// Forwarder buffers records and delivers them through a Producer. Enqueue
-// never blocks; Run owns the delivery goroutine.
+// Forwarder keeps outbound records in a crash-safe queue on disk and
+// delivers them, in order, through a Producer. Enqueue never blocks on the
+// network; Run owns the delivery goroutine.
 type Forwarder struct {
 	opts    Options
 	connect Connector
 	log     *slog.Logger
+	q       *queue.Log
 
-	mu     sync.Mutex
-	buf    []Record // ring buffer
-	head   int
-	n      int
-	stats  Stats
-	notify chan struct{}
+	mu       sync.Mutex
+	stats    Stats
+	position uint64 // first record not yet delivered
+	encBuf   []byte
 }
 
-// NewForwarder returns a Forwarder that delivers through producers made by
-// connect.
-func NewForwarder(opts Options, connect Connector) *Forwarder {
-	if opts.Buffer <= 0 {
-		opts.Buffer = 100_000
+// NewForwarder opens (and recovers) the outbound queue in opts.Dir and
+// returns a Forwarder that delivers through producers made by connect.
+func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 30
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 500
+	}
+	if opts.SyncInterval <= 0 {
+		opts.SyncInterval = 50 * time.Millisecond
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 100 * time.Millisecond
@@ -106,12 +135,23 @@ func NewForwarder(opts Options, connect Connector) *Forwarder {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Forwarder{
-		opts:    opts,
-		connect: connect,
-		log:     opts.Logger,
-		notify:  make(chan struct{}, 1),
+	q, err := queue.Open(opts.Dir, queue.Options{
+		SegmentBytes: min(16<<20, max(opts.MaxBytes/16, 4096)),
+		MaxBytes:     opts.MaxBytes,
+		Logger:       opts.Logger,
+	})
+	if err != nil {
+		return nil, err
 	}
+	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q}
+	qs := q.Stats()
+	f.position = max(q.Position(), qs.First)
+	f.stats.Truncated, f.stats.Quarantined, f.stats.Lost = qs.Truncated, qs.Quarantined, qs.Lost
+	if qs.Next > f.position {
+		f.log.Info("outbound queue recovered", "dir", opts.Dir, "undelivered", qs.Next-f.position, "bytes", qs.Bytes,
+			"truncated_bytes", qs.Truncated)
+	}
+	return f, nil
 }
 
 // Headers returned for every record the gateway produces.
@@ -154,73 +194,65 @@ func (f *Forwarder) DeadLetter(d DeadLetter) {
 	})
 }
 
-// Enqueue adds a record to the buffer. When the buffer is full the oldest
-// record is dropped and counted. (A dropped record may have been in a batch
-// being sent at the time and still arrive: drops are never under-counted,
-// though they can be over-counted by at most one batch.)
+// Enqueue writes a record to the queue (durable within SyncInterval). When
+// the quota is reached the oldest segment is dropped and counted, under
+// either policy: under Backpressure the gateway has stopped accepting
+// QoS > 0 readings well before that.
 func (f *Forwarder) Enqueue(r Record) {
 	f.mu.Lock()
-	f.stats.Enqueued++
-	if f.n == f.opts.Buffer {
-		f.buf[f.head] = Record{}
-		f.head = (f.head + 1) % len(f.buf)
-		f.n--
+	defer f.mu.Unlock()
+	f.encBuf = encodeRecord(f.encBuf[:0], r)
+	for {
+		_, err := f.q.Append(f.encBuf)
+		if err == nil {
+			f.stats.Enqueued++
+			break
+		}
+		if errors.Is(err, queue.ErrFull) {
+			n, derr := f.q.DropFirst()
+			if derr == nil && n > 0 {
+				f.stats.Dropped += n
+				f.log.Warn("outbound queue full: oldest records dropped", "records", n, "policy", f.opts.Policy.String())
+				continue
+			}
+		}
+		// The queue failed (disk error) or cannot make room: count it as
+		// dropped; Run reports the failed queue.
 		f.stats.Dropped++
-	}
-	if f.n == len(f.buf) {
-		f.grow()
-	}
-	f.buf[(f.head+f.n)%len(f.buf)] = r
-	f.n++
-	f.mu.Unlock()
-	select {
-	case f.notify <- struct{}{}:
-	default:
+		f.log.Error("outbound record dropped", "topic", r.Topic, "err", err)
+		break
 	}
 }
 
-// grow doubles the ring (up to the buffer size), unrolling it.
-func (f *Forwarder) grow() {
-	nb := make([]Record, min(max(2*len(f.buf), 16), f.opts.Buffer))
-	for i := 0; i < f.n; i++ {
-		nb[i] = f.buf[(f.head+i)%len(f.buf)]
+// Full reports whether the queue is over its backpressure mark (90% of the
+// quota) under the Backpressure policy; the gateway then refuses QoS > 0
+// readings. It is always false under DropOldest.
+func (f *Forwarder) Full() bool {
+	if f.opts.Policy != Backpressure {
+		return false
 	}
-	f.buf, f.head = nb, 0
+	return f.q.Stats().Bytes >= f.opts.MaxBytes/10*9
 }
 
-// peek copies up to max records from the front of the buffer.
-func (f *Forwarder) peek(dst []Record, max int) []Record {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for i := 0; i < f.n && i < max; i++ {
-		dst = append(dst, f.buf[(f.head+i)%len(f.buf)])
+func (p FullPolicy) String() string {
+	if p == DropOldest {
+		return "drop_oldest"
 	}
-	return dst
-}
-
-// commit removes the first n records after they were delivered. Records
-// dropped meanwhile for space reduce n accordingly.
-func (f *Forwarder) commit(n int, droppedBefore uint64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n -= int(f.stats.Dropped - droppedBefore) // already gone from the front
-	if n < 0 {
-		n = 0
-	}
-	for i := 0; i < n; i++ {
-		f.buf[f.head] = Record{}
-		f.head = (f.head + 1) % len(f.buf)
-	}
-	f.n -= n
-	f.stats.Delivered += uint64(n)
+	return "backpressure"
 }
 
 // Stats returns a snapshot of the counters.
 func (f *Forwarder) Stats() Stats {
+	qs := f.q.Stats()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
-	s.Buffered = f.n
+	if qs.Next > f.position {
+		s.Queued = qs.Next - max(f.position, qs.First)
+	}
+	s.QueueBytes = qs.Bytes
+	s.Quarantined, s.Lost = qs.Quarantined, qs.Lost
+	s.Full = f.opts.Policy == Backpressure && qs.Bytes >= f.opts.MaxBytes/10*9
 	return s
 }
 
@@ -233,9 +265,13 @@ func (f *Forwarder) setLink(up bool) {
 	f.mu.Unlock()
 }
 
-// Run delivers buffered records until ctx is cancelled, then tries for at
-// most Options.Grace to deliver what is left. It returns after its producer
-// is closed.
+// ErrQueueFailed wraps a failure of the outbound queue's storage (a failed
+// write or fsync). It is fatal: Run returns it and the process should stop.
+var ErrQueueFailed = errors.New("outbound queue failed")
+
+// Run delivers queued records until ctx is cancelled, then tries for at most
+// Options.Grace to deliver what is left, and closes the queue. It returns
+// early only if the queue's storage fails (ErrQueueFailed).
 func (f *Forwarder) Run(ctx context.Context) error {
 	var p Producer
 	defer func() {
@@ -245,9 +281,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		f.setLink(false)
 	}()
 	backoff := f.opts.MinBackoff
-	wait := func(ctx context.Context) bool {
-		d := backoff/2 + rand.N(backoff/2+1) // jitter: [backoff/2, backoff]
-		backoff = min(2*backoff, f.opts.MaxBackoff)
+	wait := func(ctx context.Context, d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -257,74 +291,142 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return true
 		}
 	}
+	nextBackoff := func() time.Duration {
+		d := backoff/2 + rand.N(backoff/2+1) // jitter: [backoff/2, backoff]
+		backoff = min(2*backoff, f.opts.MaxBackoff)
+		return d
+	}
 	// A batch being sent when ctx is cancelled is not abandoned (it would be
 	// sent twice): sends run under sendCtx, which ends Grace after ctx.
 	sendCtx, sendCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer sendCancel()
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.opts.Grace, sendCancel) })
 	defer stopGrace()
-	batch := make([]Record, 0, f.opts.BatchSize)
-	deliver := func(ctx context.Context) error {
+
+	f.mu.Lock()
+	r := f.q.NewReader(f.position)
+	f.mu.Unlock()
+	defer r.Close()
+	var pending []Record
+	var pendingNext uint64
+
+	// fill reads the next batch of durable records, first making durable
+	// what was appended since the last call.
+	fill := func() error {
+		if len(pending) > 0 {
+			return nil
+		}
+		if st := f.q.Stats(); st.Next > st.Durable {
+			if err := f.q.Sync(); err != nil {
+				return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+			}
+		}
+		for len(pending) < f.opts.BatchSize {
+			seq, b, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+			}
+			pendingNext = seq + 1
+			rec, err := decodeRecord(b)
+			if err != nil {
+				f.mu.Lock()
+				f.stats.Lost++
+				f.mu.Unlock()
+				f.log.Error("outbound record undecodable; skipped", "seq", seq)
+				continue
+			}
+			pending = append(pending, rec)
+		}
+		if len(pending) == 0 && pendingNext > 0 {
+			return f.commit(pendingNext, 0) // only undecodable records were read
+		}
+		return nil
+	}
+	deliver := func(connectCtx context.Context) (linkErr, fatal error) {
 		for {
-			f.mu.Lock()
-			dropped := f.stats.Dropped
-			f.mu.Unlock()
-			batch = f.peek(batch[:0], f.opts.BatchSize)
-			if len(batch) == 0 {
-				return nil
+			if err := fill(); err != nil {
+				return nil, err
+			}
+			if len(pending) == 0 {
+				return nil, nil
 			}
 			if p == nil {
-				np, err := f.connect(ctx)
+				np, err := f.connect(connectCtx)
 				if err != nil {
-					return fmt.Errorf("connect to kafka: %w", err)
+					return fmt.Errorf("connect to kafka: %w", err), nil
 				}
 				p = np
 				f.setLink(true)
 				f.log.Info("kafka link up")
 			}
-			if err := p.Send(sendCtx, batch); err != nil {
+			if err := p.Send(sendCtx, pending); err != nil {
 				f.mu.Lock()
 				f.stats.SendErrors++
 				f.mu.Unlock()
 				p.Close()
 				p = nil
 				f.setLink(false)
-				return fmt.Errorf("send %d records: %w", len(batch), err)
+				return fmt.Errorf("send %d records: %w", len(pending), err), nil
 			}
-			f.commit(len(batch), dropped)
-			clear(batch)
+			if err := f.commit(pendingNext, len(pending)); err != nil {
+				return nil, err
+			}
+			clear(pending)
+			pending = pending[:0]
 			backoff = f.opts.MinBackoff
 		}
 	}
-	for {
-		if err := deliver(ctx); err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			f.log.Warn("kafka link down; buffering", "err", err, "buffered", f.Stats().Buffered)
-			if !wait(ctx) {
-				break
-			}
+	tick := time.NewTicker(f.opts.SyncInterval)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		linkErr, fatal := deliver(ctx)
+		if fatal != nil {
+			return fatal
+		}
+		if linkErr != nil && ctx.Err() == nil {
+			f.log.Warn("kafka link down; queueing", "err", linkErr, "queued", f.Stats().Queued)
+			wait(ctx, nextBackoff())
 			continue
 		}
 		select {
 		case <-ctx.Done():
-		case <-f.notify:
-			continue
+		case <-tick.C:
 		}
-		break
 	}
-	// Shutdown: a bounded grace period to deliver what is buffered.
-	gctx := sendCtx
+	// Shutdown: a bounded grace period to deliver what is queued; the rest
+	// stays in the queue for the next start.
 	for {
-		err := deliver(gctx)
-		if err == nil {
-			return nil
+		linkErr, fatal := deliver(sendCtx)
+		if fatal != nil {
+			return fatal
 		}
-		if gctx.Err() != nil || !wait(gctx) {
-			left := f.Stats().Buffered
-			f.log.Warn("shutdown: undelivered records discarded", "records", left, "err", err)
-			return fmt.Errorf("shutdown with %d records undelivered: %w", left, errors.Join(err, gctx.Err()))
+		if linkErr == nil {
+			return f.q.Close()
+		}
+		if sendCtx.Err() != nil || !wait(sendCtx, nextBackoff()) {
+			left := f.Stats().Queued
+			f.log.Warn("shutdown: records left in the outbound queue for the next start", "records", left, "err", linkErr)
+			return f.q.Close()
 		}
 	}
+}
+
+// commit records that every record below next was delivered (n records in
+// this batch): durably in the queue's metadata first, then by unlinking the
+// segments that no longer hold anything undelivered.
+func (f *Forwarder) commit(next uint64, n int) error {
+	if err := f.q.SetPosition(next); err != nil {
+		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+	}
+	if err := f.q.DropBefore(next); err != nil {
+		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+	}
+	f.mu.Lock()
+	f.position = next
+	f.stats.Delivered += uint64(n)
+	f.mu.Unlock()
+	return nil
 }

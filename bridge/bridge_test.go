@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
@@ -43,8 +45,7 @@ func summary(dev string, minute int) aggregate.Summary {
 // each device's windows on one partition in order.
 func TestDeliversInOrderPerDevice(t *testing.T) {
 	_, addrs := kafkatest.Start(t, 4, summaries, dead)
-	f := bridge.NewForwarder(bridge.Options{Gateway: "gw-1", SummariesTopic: summaries, DeadletterTopic: dead, BatchSize: 64},
-		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: addrs, ClientID: "test"}))
+	f := newForwarder(t, bridge.Options{Dir: t.TempDir(), BatchSize: 64}, addrs)
 	stop := run(t, f)
 	const devices, minutes = 25, 40
 	sent := map[string]aggregate.Summary{}
@@ -102,41 +103,134 @@ func TestDeliversInOrderPerDevice(t *testing.T) {
 	if got["reason"] != "invalid_json" || got["payload_base64"] != "/3g=" || got["device"] != "a" || got["gateway"] != "gw-1" {
 		t.Errorf("dead letter = %s", dl[0].Value)
 	}
-	if st := f.Stats(); st.Delivered != devices*minutes+1 || st.Dropped != 0 || st.Buffered != 0 {
+	if st := f.Stats(); st.Delivered != devices*minutes+1 || st.Dropped != 0 || st.Queued != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
 
-// TestBuffersWhileDownDropsOldest starts with no broker: the forwarder
-// buffers, drops the oldest beyond its bound (counted), and delivers the
-// rest once the broker comes up.
-func TestBuffersWhileDownDropsOldest(t *testing.T) {
+func newForwarder(t *testing.T, o bridge.Options, brokers []string) *bridge.Forwarder {
+	t.Helper()
+	o.Gateway, o.SummariesTopic, o.DeadletterTopic = "gw-1", summaries, dead
+	if o.MinBackoff == 0 {
+		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	}
+	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func minutesOf(t *testing.T, msgs []*sarama.ConsumerMessage) []int {
+	t.Helper()
+	var out []int
+	for _, m := range msgs {
+		var s aggregate.Summary
+		if err := json.Unmarshal(m.Value, &s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s.WindowStart.Hour()*60+s.WindowStart.Minute()-600)
+	}
+	return out
+}
+
+func span(from, to int) []int {
+	var s []int
+	for i := from; i < to; i++ {
+		s = append(s, i)
+	}
+	return s
+}
+
+// TestQueueWhileDownDropsOldest starts with no broker and a 64 KiB quota
+// under drop_oldest: the forwarder queues, drops the oldest segments when
+// full (counted exactly), and delivers the rest, in order, once the broker
+// comes up.
+func TestQueueWhileDownDropsOldest(t *testing.T) {
 	port := kafkatest.FreePort(t)
 	addr := kafkatest.Addr(port)
-	f := bridge.NewForwarder(bridge.Options{Gateway: "gw-1", SummariesTopic: summaries, DeadletterTopic: dead, Buffer: 10,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: []string{addr}, ClientID: "test"}))
-	for m := 0; m < 25; m++ {
+	f := newForwarder(t, bridge.Options{Dir: t.TempDir(), MaxBytes: 64 << 10, Policy: bridge.DropOldest}, []string{addr})
+	const n = 600
+	for m := 0; m < n; m++ {
 		f.Summary(summary("d", m))
 	}
-	stop := run(t, f)
-	time.Sleep(300 * time.Millisecond) // a few failed connects
-	if st := f.Stats(); st.LinkUp || st.Buffered != 10 || st.Dropped != 15 {
+	st := f.Stats()
+	if st.Dropped == 0 || st.Dropped+st.Queued != n || st.QueueBytes > 64<<10 {
 		t.Fatalf("while down: %+v", st)
 	}
+	stop := run(t, f)
 	kafkatest.StartOnPort(t, port, 1, summaries, dead)
-	msgs := kafkatest.Consume(t, []string{addr}, summaries, 10, 20*time.Second)
+	msgs := kafkatest.Consume(t, []string{addr}, summaries, int(st.Queued), 20*time.Second)
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != 10 {
-		t.Fatalf("got %d, want 10", len(msgs))
+	if got, want := minutesOf(t, msgs), span(int(st.Dropped), n); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("delivered minutes %v, want %v (the newest %d)", got, want, st.Queued)
 	}
-	for i, m := range msgs {
-		var s aggregate.Summary
-		json.Unmarshal(m.Value, &s)
-		if s.WindowStart.Minute() != 15+i {
-			t.Errorf("record %d is minute %d, want %d (the newest 10 survive)", i, s.WindowStart.Minute(), 15+i)
+}
+
+// TestQueueSurvivesRestart queues while the broker is down, stops, starts
+// a new forwarder on the same directory and checks that everything is
+// delivered once; then that a third start sends nothing again.
+func TestQueueSurvivesRestart(t *testing.T) {
+	port := kafkatest.FreePort(t)
+	addr := kafkatest.Addr(port)
+	dir := t.TempDir()
+	f := newForwarder(t, bridge.Options{Dir: dir, Grace: 100 * time.Millisecond}, []string{addr})
+	stop := run(t, f)
+	for m := 0; m < 100; m++ {
+		f.Summary(summary("d", m))
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.Stats(); st.Queued != 100 || st.Delivered != 0 {
+		t.Fatalf("after first run: %+v", st)
+	}
+	kafkatest.StartOnPort(t, port, 1, summaries, dead)
+	f2 := newForwarder(t, bridge.Options{Dir: dir}, []string{addr})
+	if st := f2.Stats(); st.Queued != 100 {
+		t.Fatalf("reopened queue holds %d, want 100", st.Queued)
+	}
+	stop2 := run(t, f2)
+	msgs := kafkatest.Consume(t, []string{addr}, summaries, 100, 20*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := minutesOf(t, msgs); fmt.Sprint(got) != fmt.Sprint(span(0, 100)) {
+		t.Errorf("delivered %v", got)
+	}
+	f3 := newForwarder(t, bridge.Options{Dir: dir}, []string{addr})
+	stop3 := run(t, f3)
+	f3.Summary(summary("d", 100))
+	msgs = kafkatest.Consume(t, []string{addr}, summaries, 101, 20*time.Second)
+	if err := stop3(); err != nil {
+		t.Fatal(err)
+	}
+	if got := minutesOf(t, msgs); fmt.Sprint(got) != fmt.Sprint(span(0, 101)) {
+		t.Errorf("after third start the topic holds %v: something was sent twice or lost", got)
+	}
+}
+
+// TestBackpressureMark checks that Full reports the 90% mark under the
+// backpressure policy, and never under drop_oldest.
+func TestBackpressureMark(t *testing.T) {
+	for _, policy := range []bridge.FullPolicy{bridge.Backpressure, bridge.DropOldest} {
+		f := newForwarder(t, bridge.Options{Dir: t.TempDir(), MaxBytes: 64 << 10, Policy: policy}, []string{"127.0.0.1:9"})
+		m := 0
+		for ; !f.Full() && m < 1000; m++ {
+			f.Summary(summary("d", m))
+		}
+		st := f.Stats()
+		switch policy {
+		case bridge.Backpressure:
+			if !st.Full || st.QueueBytes < 64<<10*9/10 || st.Dropped != 0 {
+				t.Errorf("backpressure: full after %d records: %+v", m, st)
+			}
+		case bridge.DropOldest:
+			if f.Full() || st.Full || st.Dropped == 0 {
+				t.Errorf("drop_oldest: %+v", st)
+			}
 		}
 	}
 }

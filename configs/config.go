@@ -30,6 +30,7 @@ type Config struct {
 	MQTT      MQTT      `yaml:"mqtt"`
 	Aggregate Aggregate `yaml:"aggregate"`
 	Kafka     Kafka     `yaml:"kafka"`
+	Storage   Storage   `yaml:"storage"`
 	HTTP      HTTP      `yaml:"http"`
 	Log       Log       `yaml:"log"`
 }
@@ -72,9 +73,59 @@ type Kafka struct {
 	SummariesTopic  string   `yaml:"summaries_topic"`
 	DeadletterTopic string   `yaml:"deadletter_topic"`
 	ClientID        string   `yaml:"client_id"`
-	// BufferSummaries bounds the summaries held in memory while Kafka is
-	// unreachable; beyond it the oldest are dropped and counted.
-	BufferSummaries int `yaml:"buffer_summaries"`
+}
+
+// Storage bounds what the gateway keeps on disk.
+type Storage struct {
+	// MaxBytes is the quota of the outbound queue (summaries and dead
+	// letters not yet delivered to Kafka).
+	MaxBytes ByteSize `yaml:"max_bytes"`
+	// FullPolicy is what happens at the quota: "backpressure" (stop
+	// acknowledging QoS 1/2 readings so devices keep them) or "drop_oldest"
+	// (drop the oldest undelivered summaries). Either way it is counted.
+	FullPolicy string `yaml:"full_policy"`
+}
+
+// ByteSize is a size in bytes, written as a number or with a unit: 512MiB,
+// 1GiB, 64KB.
+type ByteSize int64
+
+var byteUnits = map[string]int64{
+	"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	bad := &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a size; write bytes or a number with a unit, e.g. 512MiB or 2GiB", n.Line, n.Value)}}
+	if n.Kind != yaml.ScalarNode {
+		return bad
+	}
+	v := strings.TrimSpace(n.Value)
+	i := strings.IndexFunc(v, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := v, ""
+	if i >= 0 {
+		num, unit = strings.TrimSpace(v[:i]), strings.ToLower(strings.TrimSpace(v[i:]))
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	mult, ok := byteUnits[unit]
+	if err != nil || !ok || f < 0 || f*float64(mult) > 1<<62 {
+		return bad
+	}
+	*b = ByteSize(f * float64(mult))
+	return nil
+}
+
+// MarshalYAML implements yaml.Marshaler.
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		name string
+		n    int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if int64(b) >= u.n && int64(b)%u.n == 0 {
+			return fmt.Sprintf("%d%s", int64(b)/u.n, u.name), nil
+		}
+	}
+	return int64(b), nil
 }
 
 // HTTP configures the operations endpoint.
@@ -139,10 +190,10 @@ func Default() Config {
 			SummariesTopic:  "edge.summaries",
 			DeadletterTopic: "edge.deadletter",
 			ClientID:        "edgegate",
-			BufferSummaries: 100_000,
 		},
-		HTTP: HTTP{Listen: "127.0.0.1:9100"},
-		Log:  Log{Level: "info", Format: "text"},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure"},
+		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
+		Log:     Log{Level: "info", Format: "text"},
 	}
 }
 
@@ -232,7 +283,7 @@ func checkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, 
 	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
 		return
 	}
-	if t == reflect.TypeOf(Duration(0)) {
+	if t == reflect.TypeOf(Duration(0)) || t == reflect.TypeOf(ByteSize(0)) {
 		return
 	}
 	fields := map[string]reflect.Type{}
@@ -399,7 +450,14 @@ func (c *Config) Validate() error {
 	if c.Kafka.ClientID == "" {
 		add("kafka.client_id", "is empty; set e.g. edgegate")
 	}
-	positive("kafka.buffer_summaries", c.Kafka.BufferSummaries, 1, 100_000_000)
+	if c.Storage.MaxBytes < 1<<20 {
+		add("storage.max_bytes", "%d bytes is too small; allow at least 1MiB (the default is 1GiB)", int64(c.Storage.MaxBytes))
+	}
+	switch c.Storage.FullPolicy {
+	case "backpressure", "drop_oldest":
+	default:
+		add("storage.full_policy", "%q is not a policy; use backpressure (devices keep their readings) or drop_oldest", c.Storage.FullPolicy)
+	}
 	if c.HTTP.Listen != "" {
 		checkAddr(add, "http.listen", c.HTTP.Listen, false)
 	}

@@ -51,6 +51,9 @@ func TestFullConfigValues(t *testing.T) {
 		c.Kafka.SummariesTopic != "s" || c.HTTP.Listen != "" || c.Log.Format != "json" {
 		t.Errorf("config = %+v", c)
 	}
+	if c.Storage.MaxBytes != 64<<20 || c.Storage.FullPolicy != "drop_oldest" {
+		t.Errorf("storage = %+v", c.Storage)
+	}
 	// Keys the file leaves out keep their defaults.
 	if d := Default(); c.MQTT.ClientWriteQueue != d.MQTT.ClientWriteQueue || c.Kafka.ClientID != "edgegate" {
 		t.Errorf("defaults lost: %+v", c.MQTT)

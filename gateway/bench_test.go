@@ -24,6 +24,7 @@ type countOutput struct{ summaries, dead atomic.Uint64 }
 
 func (c *countOutput) Summary(aggregate.Summary)    { c.summaries.Add(1) }
 func (c *countOutput) DeadLetter(bridge.DeadLetter) { c.dead.Add(1) }
+func (c *countOutput) Full() bool                   { return false }
 
 func benchGateway(b *testing.B, now func() time.Time) (*Gateway, *countOutput) {
 	b.Helper()

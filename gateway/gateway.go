@@ -31,6 +31,9 @@ import (
 type Output interface {
 	Summary(aggregate.Summary)
 	DeadLetter(bridge.DeadLetter)
+	// Full reports that the output is over its quota: QoS 1/2 readings are
+	// then refused so that devices keep them.
+	Full() bool
 }
 
 // Gateway is the broker plus the ingest path. Create it with New, start it
@@ -50,6 +53,7 @@ type Gateway struct {
 
 	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
 	publishes  atomic.Uint64             // publications on reading topics
+	refused    atomic.Uint64             // QoS 1/2 publications refused because the output was full
 	logLimiter rateLimiter
 }
 
@@ -138,6 +142,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 type Stats struct {
 	Clients     int64
 	Publishes   uint64                    // publications on reading topics
+	Refused     uint64                    // QoS 1/2 publications refused at the storage quota
 	Outcomes    map[string]uint64         // readings by aggregate outcome
 	Rejected    map[payload.Reason]uint64 // payloads or items refused by the decoder
 	Summaries   uint64                    // summaries emitted, revisions included
@@ -159,6 +164,7 @@ func (g *Gateway) Stats() Stats {
 	g.mu.Unlock()
 	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
 	s.Publishes = g.publishes.Load()
+	s.Refused = g.refused.Load()
 	s.Outcomes = map[string]uint64{}
 	for o := aggregate.Aggregated; o <= aggregate.Invalid; o++ {
 		s.Outcomes[o.String()] = c.Of(o)

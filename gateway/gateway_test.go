@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,9 +72,12 @@ type stack struct {
 func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack {
 	t.Helper()
 	log := quietLog()
-	fwd := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
-		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log},
+	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
 		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "it"}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	gw, err := gateway.New(cfg, fwd, log, now)
 	if err != nil {
 		t.Fatal(err)
@@ -463,5 +467,52 @@ func TestRoutingStillWorks(t *testing.T) {
 	}
 	if n := st.gw.Stats().Outcomes["aggregated"]; n != 3 {
 		t.Errorf("aggregated %d readings, want 3", n)
+	}
+}
+
+// switchOutput counts what it is given and reports Full when told to.
+type switchOutput struct {
+	full               atomic.Bool
+	summaries, letters atomic.Int64
+}
+
+func (o *switchOutput) Summary(aggregate.Summary)    { o.summaries.Add(1) }
+func (o *switchOutput) DeadLetter(bridge.DeadLetter) { o.letters.Add(1) }
+func (o *switchOutput) Full() bool                   { return o.full.Load() }
+
+// TestBackpressure: while the output is full, QoS 1 readings from an MQTT 5
+// device get PUBACK 0x97 (quota exceeded) and are neither aggregated nor
+// dead-lettered; QoS 0 readings are still taken; when room returns, QoS 1
+// readings are acknowledged again.
+func TestBackpressure(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	out := &switchOutput{}
+	gw, err := gateway.New(cfg, out, quietLog(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { gw.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	c, err := connect(t, gw.Addr(), "dev-bp", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.full.Store(true)
+	pr, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-bp/t", QoS: 1, Payload: []byte("1")})
+	if err == nil || pr == nil || pr.ReasonCode != 0x97 {
+		t.Fatalf("publish while full: %+v, %v; want reason 0x97", pr, err)
+	}
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-bp/t", QoS: 0, Payload: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	out.full.Store(false)
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-bp/t", QoS: 1, Payload: []byte("3")}); err != nil {
+		t.Fatalf("publish with room: %v", err)
+	}
+	st := gw.Stats()
+	if st.Refused != 1 || st.Outcomes["aggregated"] != 2 || out.letters.Load() != 0 {
+		t.Errorf("refused %d, aggregated %d, dead letters %d; want 1, 2, 0", st.Refused, st.Outcomes["aggregated"], out.letters.Load())
 	}
 }

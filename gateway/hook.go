@@ -53,6 +53,20 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if cl.Net.Inline {
 		return pk, nil
 	}
+	if pk.FixedHeader.Qos > 0 && h.g.out.Full() {
+		// Storage quota reached under the backpressure policy: do not take
+		// responsibility for the reading. MQTT 5 clients get PUBACK 0x97
+		// (quota exceeded); 3.1.1 clients get no acknowledgement and resend
+		// later.
+		h.g.refused.Add(1)
+		if ok, held := h.g.logLimiter.allow("quota", h.g.now()); ok {
+			h.g.log.Warn("storage quota reached: refusing QoS 1/2 readings", "client", cl.ID, "suppressed_since_last", held)
+		}
+		if cl.Properties.ProtocolVersion == 5 {
+			return pk, packets.ErrQuotaExceeded
+		}
+		return pk, packets.ErrRejectPacket
+	}
 	h.g.ingest(pk.TopicName, cl.ID, pk.Payload)
 	if !pk.FixedHeader.Retain && atomic.LoadInt64(&h.g.server.Info.Subscriptions) == 0 {
 		return pk, packets.CodeSuccessIgnore

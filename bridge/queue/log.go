@@ -339,6 +339,28 @@ func (l *Log) DropBefore(seq uint64) error {
 	return syncDir(l.dir)
 }
 
+// DropFirst removes the oldest sealed segment, whatever has been read of it,
+// to make room (a drop-oldest policy). It returns how many records went; 0
+// when only the active segment is left.
+func (l *Log) DropFirst() (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.usable(); err != nil {
+		return 0, err
+	}
+	if len(l.segs) < 2 {
+		return 0, nil
+	}
+	s := l.segs[0]
+	if err := os.Remove(s.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("remove segment %s: %w", s.path, err)
+	}
+	l.bytes -= s.size
+	n := l.segs[1].first - s.first
+	l.segs = l.segs[1:]
+	return n, syncDir(l.dir)
+}
+
 // Stats returns the log's counters.
 func (l *Log) Stats() Stats {
 	l.mu.Lock()

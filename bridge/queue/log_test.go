@@ -446,3 +446,29 @@ func BenchmarkCommit(b *testing.B) {
 	b.ReportMetric(float64(st.Next-1)/float64(st.Syncs), "records/fsync")
 	b.ReportMetric(float64(st.Bytes)/float64(st.Next-1), "disk-bytes/record")
 }
+
+func TestDropFirstUnderAReader(t *testing.T) {
+	dir := t.TempDir()
+	fill(t, dir, 300, 2048)
+	l, err := Open(dir, Options{SegmentBytes: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	r := l.NewReader(1)
+	defer r.Close()
+	if seq, _, err := r.Next(); seq != 1 || err != nil {
+		t.Fatalf("Next = %d %v", seq, err)
+	}
+	segs := segments(t, dir)
+	second, _ := parseSegName(filepath.Base(segs[1]))
+	n, err := l.DropFirst()
+	if err != nil || n != second-1 {
+		t.Fatalf("DropFirst = %d, %v; want %d", n, err, second-1)
+	}
+	// The reader was inside the dropped segment: it continues at the first
+	// record still on disk.
+	if seq, _, err := r.Next(); seq != second || err != nil {
+		t.Fatalf("after drop Next = %d %v, want %d", seq, err, second)
+	}
+}

@@ -64,10 +64,19 @@ func (r *Reader) Next() (uint64, []byte, error) {
 				}
 			}
 		} else {
+			found := false
 			for i, s := range l.segs {
-				if s.first == r.first && i+1 < len(l.segs) {
-					next = l.segs[i+1]
+				if s.first == r.first {
+					found = true
+					if i+1 < len(l.segs) {
+						next = l.segs[i+1]
+					}
 				}
+			}
+			if !found { // dropped under us: start again from the first on disk
+				l.mu.Unlock()
+				r.Close()
+				continue
 			}
 		}
 		l.mu.Unlock()

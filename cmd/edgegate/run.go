@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"path/filepath"
 	"time"
 
 	"github.com/edgegate/edgegate/bridge"
@@ -59,13 +60,22 @@ type pipeline struct {
 }
 
 func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
-	fwd := bridge.NewForwarder(bridge.Options{
+	policy := bridge.Backpressure
+	if cfg.Storage.FullPolicy == "drop_oldest" {
+		policy = bridge.DropOldest
+	}
+	fwd, err := bridge.NewForwarder(bridge.Options{
 		Gateway:         cfg.Gateway.ID,
 		SummariesTopic:  cfg.Kafka.SummariesTopic,
 		DeadletterTopic: cfg.Kafka.DeadletterTopic,
-		Buffer:          cfg.Kafka.BufferSummaries,
+		Dir:             filepath.Join(cfg.Gateway.DataDir, "outbound"),
+		MaxBytes:        int64(cfg.Storage.MaxBytes),
+		Policy:          policy,
 		Logger:          log.With("component", "bridge"),
 	}, connect)
+	if err != nil {
+		return nil, fmt.Errorf("gateway.data_dir: %w", err)
+	}
 	gw, err := gateway.New(cfg, fwd, log, now)
 	if err != nil {
 		return nil, err
@@ -96,9 +106,22 @@ func (p *pipeline) run(ctx context.Context) error {
 		p.log.Info("http endpoint listening", "addr", p.http.Addr().String())
 	}
 
-	gwErr := p.gw.Run(ctx)
-	fcancel()
-	fwdErr := <-fwdDone
+	// A failed outbound queue (disk error) stops the gateway: nothing more
+	// may be acknowledged.
+	gctx, gcancel := context.WithCancel(ctx)
+	defer gcancel()
+	gwDone := make(chan error, 1)
+	go func() { gwDone <- p.gw.Run(gctx) }()
+	var gwErr, fwdErr error
+	select {
+	case gwErr = <-gwDone: // shutdown: the gateway has closed its windows
+		fcancel()
+		fwdErr = <-fwdDone
+	case fwdErr = <-fwdDone:
+		p.log.Error("outbound queue failed; stopping", "err", fwdErr)
+		gcancel()
+		gwErr = <-gwDone
+	}
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		srv.Shutdown(sctx)
