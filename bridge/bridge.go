@@ -38,12 +38,23 @@ type Record struct {
 	Headers []Header
 }
 
+// Position is how far the outbound queue has been delivered: every record
+// below Next of the queue whose identity is Queue.
+type Position struct {
+	Queue string
+	Next  uint64
+}
+
 // Producer delivers batches of records to Kafka. Send returns nil only when
 // every record of the batch is acknowledged by the brokers, in order per
-// key. After Send fails, the Forwarder closes the producer and connects a
-// new one.
+// key; a transactional producer also records pos in the same transaction.
+// After Send fails, the Forwarder closes the producer and connects a new
+// one.
 type Producer interface {
-	Send(ctx context.Context, batch []Record) error
+	Send(ctx context.Context, batch []Record, pos Position) error
+	// Delivered returns the position last recorded in Kafka, if the
+	// producer records positions there (found is false otherwise).
+	Delivered(ctx context.Context) (pos Position, found bool, err error)
 	Close() error
 }
 
@@ -306,9 +317,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.mu.Lock()
 	r := f.q.NewReader(f.position)
 	f.mu.Unlock()
-	defer r.Close()
+	defer func() { r.Close() }()
 	var pending []Record
-	var pendingNext uint64
+	var pendingFirst, pendingNext uint64 // queue positions of the pending batch
 
 	// fill reads the next batch of durable records, first making durable
 	// what was appended since the last call.
@@ -328,6 +339,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			}
 			if err != nil {
 				return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+			}
+			if len(pending) == 0 {
+				pendingFirst = seq
 			}
 			pendingNext = seq + 1
 			rec, err := decodeRecord(b)
@@ -358,14 +372,35 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				if err != nil {
 					return fmt.Errorf("connect to kafka: %w", err), nil
 				}
+				// Kafka is the truth for what was delivered; the local
+				// position is a hint. Skip what a committed transaction
+				// already carries.
+				kp, found, err := np.Delivered(connectCtx)
+				if err != nil {
+					np.Close()
+					return fmt.Errorf("read delivered position: %w", err), nil
+				}
 				p = np
 				f.setLink(true)
 				f.log.Info("kafka link up")
+				if found {
+					if skip, err := f.reconcile(kp, pendingFirst); err != nil {
+						return nil, err
+					} else if skip {
+						r.Close()
+						pending, r = pending[:0], f.q.NewReader(kp.Next)
+						continue
+					}
+				}
 			}
-			if err := p.Send(sendCtx, pending); err != nil {
+			if err := p.Send(sendCtx, pending, Position{Queue: f.q.ID(), Next: pendingNext}); err != nil {
 				f.mu.Lock()
 				f.stats.SendErrors++
 				f.mu.Unlock()
+				if errors.Is(err, ErrFenced) {
+					f.log.Error("kafka delivery stopped", "err", err)
+					return nil, err
+				}
 				p.Close()
 				p = nil
 				f.setLink(false)
@@ -412,6 +447,22 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return f.q.Close()
 		}
 	}
+}
+
+// reconcile compares the position Kafka holds with the pending batch that
+// starts at first. It reports skip when Kafka already has (some of) the
+// batch, after moving the local position there.
+func (f *Forwarder) reconcile(kp Position, first uint64) (skip bool, err error) {
+	if kp.Queue != f.q.ID() {
+		f.log.Warn("kafka holds a position for another outbound queue (the data directory was replaced?); keeping the local position",
+			"kafka_queue", kp.Queue, "local_queue", f.q.ID(), "kafka_position", kp.Next)
+		return false, nil
+	}
+	if first == 0 || kp.Next <= first {
+		return false, nil
+	}
+	f.log.Info("kafka already holds records of the queue; skipping them", "from", first, "to", kp.Next)
+	return true, f.commit(kp.Next, 0)
 }
 
 // commit records that every record below next was delivered (n records in

@@ -3,7 +3,10 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -232,5 +235,88 @@ func TestBackpressureMark(t *testing.T) {
 				t.Errorf("drop_oldest: %+v", st)
 			}
 		}
+	}
+}
+
+const offsetsTopic = "edge.offsets"
+
+func txnForwarder(t *testing.T, dir string, brokers []string, o bridge.Options) *bridge.Forwarder {
+	t.Helper()
+	o.Gateway, o.SummariesTopic, o.DeadletterTopic, o.Dir = "gw-1", summaries, dead, dir
+	if o.MinBackoff == 0 {
+		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+	}
+	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test",
+		TransactionalID: "edgegate-gw-1", OffsetsTopic: offsetsTopic, PositionKey: "gw-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestExactlyOnceKafkaIsTheTruth delivers 50 summaries in transactions,
+// then throws away the gateway's local record of what was delivered (as a
+// crash between the Kafka commit and the local write would): on restart the
+// forwarder reads its position back from Kafka and sends nothing twice.
+func TestExactlyOnceKafkaIsTheTruth(t *testing.T) {
+	_, addrs := kafkatest.Start(t, 2, summaries, dead, offsetsTopic)
+	dir := t.TempDir()
+	f := txnForwarder(t, dir, addrs, bridge.Options{})
+	stop := run(t, f)
+	for m := 0; m < 50; m++ {
+		f.Summary(summary("d", m))
+	}
+	kafkatest.Consume(t, addrs, summaries, 50, 20*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "meta")); err != nil {
+		t.Fatalf("remove local position: %v", err)
+	}
+	f2 := txnForwarder(t, dir, addrs, bridge.Options{})
+	if st := f2.Stats(); st.Queued == 0 {
+		t.Fatalf("without its local position the queue should look undelivered: %+v", st)
+	}
+	stop2 := run(t, f2)
+	f2.Summary(summary("d", 50))
+	msgs := kafkatest.Consume(t, addrs, summaries, 51, 20*time.Second)
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if got := minutesOf(t, msgs); fmt.Sprint(got) != fmt.Sprint(span(0, 51)) {
+		t.Errorf("read_committed consumer sees %v", got)
+	}
+}
+
+// TestFencing starts a second forwarder with the same transactional id
+// while the first runs: the first stops with ErrFenced and the second
+// delivers.
+func TestFencing(t *testing.T) {
+	_, addrs := kafkatest.Start(t, 1, summaries, dead, offsetsTopic)
+	f1 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
+	stop1 := run(t, f1)
+	f1.Summary(summary("a", 0))
+	kafkatest.Consume(t, addrs, summaries, 1, 20*time.Second)
+
+	f2 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
+	stop2 := run(t, f2)
+	f2.Summary(summary("b", 1))
+	kafkatest.Consume(t, addrs, summaries, 2, 20*time.Second)
+
+	f1.Summary(summary("a", 2)) // the zombie tries again
+	deadline := time.Now().Add(20 * time.Second)
+	for f1.Stats().SendErrors == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	err := stop1()
+	if !errors.Is(err, bridge.ErrFenced) {
+		t.Errorf("first forwarder: %v, want ErrFenced", err)
+	}
+	if err := stop2(); err != nil {
+		t.Errorf("second forwarder: %v", err)
+	}
+	msgs := kafkatest.Consume(t, addrs, summaries, 2, 5*time.Second)
+	if got := minutesOf(t, msgs); fmt.Sprint(got) != "[0 1]" {
+		t.Errorf("committed summaries %v; the fenced gateway's must not appear", got)
 	}
 }

@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -21,6 +22,13 @@ func init() {
 type KafkaOptions struct {
 	Brokers  []string
 	ClientID string
+	// TransactionalID, when set, makes delivery exactly-once: each batch is
+	// written in a Kafka transaction together with the gateway's delivered
+	// position, which is stored under PositionKey in OffsetsTopic (a
+	// compacted topic). A second producer with the same id fences this one.
+	TransactionalID string
+	OffsetsTopic    string
+	PositionKey     string
 }
 
 // SaramaConfig returns the producer configuration: idempotent (so retries
@@ -50,6 +58,13 @@ func SaramaConfig(o KafkaOptions) *sarama.Config {
 	c.Producer.Flush.MaxMessages = 0
 	c.Producer.MaxMessageBytes = 1 << 20
 	c.Producer.Partitioner = sarama.NewHashPartitioner // key = gateway/device: one partition per device
+	if o.TransactionalID != "" {
+		c.Producer.Transaction.ID = o.TransactionalID
+		c.Producer.Transaction.Timeout = 60 * time.Second
+		c.Producer.Transaction.Retry.Max = 20
+		c.Producer.Transaction.Retry.BackoffFunc = c.Producer.Retry.BackoffFunc
+		c.Consumer.IsolationLevel = sarama.ReadCommitted
+	}
 	return c
 }
 
@@ -70,7 +85,7 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 			if r.err != nil {
 				return nil, explainKafkaError(r.err)
 			}
-			return &saramaProducer{p: r.p}, nil
+			return &saramaProducer{p: r.p, o: o}, nil
 		case <-ctx.Done():
 			go func() { // do not leak a producer made after we gave up
 				if r := <-ch; r.err == nil {
@@ -91,6 +106,7 @@ func explainKafkaError(err error) error {
 
 type saramaProducer struct {
 	p sarama.AsyncProducer
+	o KafkaOptions
 }
 
 var _ Producer = (*saramaProducer)(nil)
@@ -98,7 +114,51 @@ var _ Producer = (*saramaProducer)(nil)
 // Send pushes the batch and waits for every record's acknowledgement. It
 // feeds the input and drains results in one loop, so a batch larger than
 // sarama's channel buffers cannot deadlock.
-func (s *saramaProducer) Send(ctx context.Context, batch []Record) error {
+func (s *saramaProducer) Send(ctx context.Context, batch []Record, pos Position) error {
+	if s.o.TransactionalID != "" {
+		return s.sendTxn(ctx, batch, pos)
+	}
+	return s.send(ctx, batch)
+}
+
+// sendTxn writes the batch and the position record in one transaction.
+// When the outcome is unknown or the transaction failed, the producer must
+// be replaced (the Forwarder does so) and the position read back.
+func (s *saramaProducer) sendTxn(ctx context.Context, batch []Record, pos Position) error {
+	if err := s.p.BeginTxn(); err != nil {
+		return s.txnError("begin transaction", err)
+	}
+	all := append(batch[:len(batch):len(batch)], Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, pos)})
+	if err := s.send(ctx, all); err != nil {
+		if s.p.TxnStatus()&sarama.ProducerTxnFlagAbortableError != 0 {
+			s.p.AbortTxn()
+		}
+		return s.txnError("produce in transaction", err)
+	}
+	if err := s.p.CommitTxn(); err != nil {
+		return s.txnError("commit transaction", err)
+	}
+	return nil
+}
+
+// ErrFenced is returned when the transactional producer has failed for
+// good: another producer with the same transactional id has taken over
+// (another gateway runs with this gateway's id), or the brokers refuse this
+// gateway its transactional id.
+var ErrFenced = errors.New("fenced: another gateway with the same gateway.id has taken over delivery (or Kafka refuses its transactional id)")
+
+func (s *saramaProducer) txnError(what string, err error) error {
+	if errors.Is(err, ErrFenced) {
+		return err
+	}
+	if errors.Is(err, sarama.ErrProducerFenced) || errors.Is(err, sarama.ErrInvalidProducerEpoch) ||
+		s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
+		return fmt.Errorf("%s: %w (%v)", what, ErrFenced, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
 	msgs := make([]sarama.ProducerMessage, len(batch))
 	for i, r := range batch {
 		m := &msgs[i]
@@ -114,6 +174,11 @@ func (s *saramaProducer) Send(ctx context.Context, batch []Record) error {
 	}
 	sent, done := 0, 0
 	var firstErr error
+	// sarama does not know PRODUCER_FENCED (error 90) as such and retries
+	// the batch for a long time, although its transaction manager has
+	// already failed for good; watch for that.
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
 	for done < len(batch) {
 		var in chan<- *sarama.ProducerMessage
 		var next *sarama.ProducerMessage
@@ -129,6 +194,10 @@ func (s *saramaProducer) Send(ctx context.Context, batch []Record) error {
 			done++
 			if firstErr == nil {
 				firstErr = fmt.Errorf("produce to %s: %w", perr.Msg.Topic, perr.Err)
+			}
+		case <-watch.C:
+			if s.o.TransactionalID != "" && s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
+				return fmt.Errorf("transaction manager failed: %w", ErrFenced)
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -146,5 +215,91 @@ func (s *saramaProducer) Close() error {
 		return err
 	case <-time.After(2 * time.Second):
 		return errors.New("close kafka producer: timed out; in-flight records will be sent again")
+	}
+}
+
+type positionRecord struct {
+	Gateway  string `json:"gateway"`
+	Queue    string `json:"queue"`
+	Position uint64 `json:"position"`
+}
+
+func encodePosition(gateway string, p Position) []byte {
+	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next})
+	return b
+}
+
+// Delivered reads the newest committed position record for this gateway
+// from the offsets topic (read_committed). The producer has already been
+// initialised, which fenced any older producer with the same transactional
+// id and aborted its open transaction, so the partition's end is stable.
+func (s *saramaProducer) Delivered(ctx context.Context) (Position, bool, error) {
+	if s.o.TransactionalID == "" {
+		return Position{}, false, nil
+	}
+	cfg := SaramaConfig(s.o)
+	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.Return.Errors = true
+	client, err := sarama.NewClient(s.o.Brokers, cfg)
+	if err != nil {
+		return Position{}, false, explainKafkaError(err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(s.o.OffsetsTopic)
+	if err != nil {
+		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+	}
+	part, err := sarama.NewHashPartitioner(s.o.OffsetsTopic).Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(s.o.PositionKey)}, int32(len(parts)))
+	if err != nil {
+		return Position{}, false, err
+	}
+	hwm, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetNewest)
+	if err != nil {
+		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+	}
+	oldest, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
+	if err != nil {
+		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+	}
+	if hwm <= oldest {
+		return Position{}, false, nil
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return Position{}, false, err
+	}
+	defer consumer.Close()
+	pc, err := consumer.ConsumePartition(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
+	if err != nil {
+		return Position{}, false, err
+	}
+	defer pc.Close()
+	var pos Position
+	found := false
+	for {
+		// Committed data ends before hwm (transaction markers take offsets
+		// too), so stop at hwm-1 or when nothing more comes.
+		idle := time.NewTimer(time.Second)
+		select {
+		case m := <-pc.Messages():
+			idle.Stop()
+			if string(m.Key) == s.o.PositionKey {
+				var pr positionRecord
+				if json.Unmarshal(m.Value, &pr) == nil {
+					pos, found = Position{Queue: pr.Queue, Next: pr.Position}, true
+				}
+			}
+			if m.Offset >= hwm-1 {
+				return pos, found, nil
+			}
+		case err := <-pc.Errors():
+			idle.Stop()
+			return Position{}, false, err
+		case <-idle.C:
+			return pos, found, nil
+		case <-ctx.Done():
+			idle.Stop()
+			return Position{}, false, ctx.Err()
+		}
 	}
 }

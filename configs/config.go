@@ -73,6 +73,11 @@ type Kafka struct {
 	SummariesTopic  string   `yaml:"summaries_topic"`
 	DeadletterTopic string   `yaml:"deadletter_topic"`
 	ClientID        string   `yaml:"client_id"`
+	// ExactlyOnce writes each batch in a Kafka transaction together with the
+	// gateway's delivered position (in OffsetsTopic), with transactional id
+	// "edgegate-<gateway.id>". Off: idempotent, at-least-once delivery.
+	ExactlyOnce  bool   `yaml:"exactly_once"`
+	OffsetsTopic string `yaml:"offsets_topic"`
 }
 
 // Storage bounds what the gateway keeps on disk.
@@ -190,12 +195,17 @@ func Default() Config {
 			SummariesTopic:  "edge.summaries",
 			DeadletterTopic: "edge.deadletter",
 			ClientID:        "edgegate",
+			ExactlyOnce:     true,
+			OffsetsTopic:    "edge.offsets",
 		},
 		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure"},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
 }
+
+// TransactionalID returns the Kafka transactional id of this gateway.
+func (c *Config) TransactionalID() string { return "edgegate-" + c.Gateway.ID }
 
 // AggregateConfig returns the aggregator's configuration.
 func (c *Config) AggregateConfig() aggregate.Config {
@@ -439,13 +449,16 @@ func (c *Config) Validate() error {
 	for i, b := range c.Kafka.Brokers {
 		checkAddr(add, fmt.Sprintf("kafka.brokers[%d]", i), b, true)
 	}
-	for key, v := range map[string]string{"kafka.summaries_topic": c.Kafka.SummariesTopic, "kafka.deadletter_topic": c.Kafka.DeadletterTopic} {
+	for key, v := range map[string]string{"kafka.summaries_topic": c.Kafka.SummariesTopic, "kafka.deadletter_topic": c.Kafka.DeadletterTopic, "kafka.offsets_topic": c.Kafka.OffsetsTopic} {
 		if !topicRE.MatchString(v) || v == "." || v == ".." {
 			add(key, "%q is not a valid Kafka topic name; use 1-249 letters, digits, '.', '_' or '-'", v)
 		}
 	}
 	if c.Kafka.SummariesTopic == c.Kafka.DeadletterTopic {
 		add("kafka.deadletter_topic", "is the same topic as kafka.summaries_topic; give dead letters their own topic")
+	}
+	if c.Kafka.OffsetsTopic == c.Kafka.SummariesTopic || c.Kafka.OffsetsTopic == c.Kafka.DeadletterTopic {
+		add("kafka.offsets_topic", "%q is also a data topic; give delivered positions their own (compacted) topic", c.Kafka.OffsetsTopic)
 	}
 	if c.Kafka.ClientID == "" {
 		add("kafka.client_id", "is empty; set e.g. edgegate")

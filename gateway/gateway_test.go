@@ -74,7 +74,8 @@ func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack 
 	log := quietLog()
 	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
 		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
-		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "it"}))
+		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "it",
+			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func sameStats(got, want aggregate.Summary) bool {
 // with a read_committed sarama consumer. Every field of every summary is
 // compared with values the test computes from what it sent.
 func TestEndToEnd(t *testing.T) {
-	_, brokers := kafkatest.Start(t, 3, summariesTopic, deadTopic)
+	_, brokers := kafkatest.Start(t, 3, summariesTopic, deadTopic, "edge.offsets")
 	cfg := testConfig(t, brokers)
 	st := startStack(t, cfg, func() time.Time { return t0 })
 	addr := st.gw.Addr()
@@ -366,7 +367,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func TestAuthentication(t *testing.T) {
-	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic)
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic, "edge.offsets")
 	cfg := testConfig(t, brokers)
 	cfg.MQTT.AllowAnonymous = false
 	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
@@ -414,7 +415,7 @@ func TestLoadUsersErrors(t *testing.T) {
 // and retained publications are kept, although the gateway tells mochi to
 // skip routing when nobody is subscribed.
 func TestRoutingStillWorks(t *testing.T) {
-	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic)
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic, "edge.offsets")
 	st := startStack(t, testConfig(t, brokers), time.Now)
 	addr := st.gw.Addr()
 	dev, err := connect(t, addr, "dev-r", "", "")

@@ -57,6 +57,7 @@ type segment struct {
 // for concurrent use.
 type Log struct {
 	dir  string
+	id   string
 	opts Options
 	log  *slog.Logger
 
@@ -131,6 +132,10 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.bytes += s.size
 	}
 	l.durable = l.next
+	if l.id, err = loadID(dir); err != nil {
+		l.active.Close()
+		return nil, fmt.Errorf("open queue %s: %w", dir, err)
+	}
 	return l, nil
 }
 

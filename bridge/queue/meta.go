@@ -1,13 +1,65 @@
 package queue
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
-const metaFile = "meta"
+const (
+	metaFile = "meta"
+	idFile   = "id"
+)
+
+// ID returns the log's identity: random, made when the directory was first
+// used. Positions stored elsewhere (in Kafka) carry it, so that a log that
+// was wiped and started again from sequence 1 is never mistaken for the old
+// one.
+func (l *Log) ID() string { return l.id }
+
+// loadID reads the log's identity, creating it on first use.
+func loadID(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, idFile))
+	if id := strings.TrimSpace(string(b)); err == nil && len(id) == 32 {
+		return id, nil
+	}
+	var r [16]byte
+	rand.Read(r[:])
+	id := hex.EncodeToString(r[:])
+	if err := writeAtomic(dir, idFile, []byte(id+"\n")); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// writeAtomic replaces dir/name with data: write a temporary file, fsync
+// it, rename it over the old one, fsync the directory.
+func writeAtomic(dir, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("replace %s: %w", name, err)
+	}
+	return syncDir(dir)
+}
 
 // Position returns the consumer position stored with SetPosition, or 0 when
 // none is stored or the metadata is unreadable (then records are delivered
@@ -25,30 +77,13 @@ func (l *Log) Position() uint64 {
 	return binary.LittleEndian.Uint64(p)
 }
 
-// SetPosition durably records a consumer position: write a temporary file,
-// fsync it, rename it over the old one, fsync the directory.
+// SetPosition durably records a consumer position (atomically, see
+// writeAtomic).
 func (l *Log) SetPosition(pos uint64) error {
 	var p [8]byte
 	binary.LittleEndian.PutUint64(p[:], pos)
-	b := appendFrame(nil, 0, p[:])
-	tmp := filepath.Join(l.dir, metaFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-	if err != nil {
-		return fmt.Errorf("write queue position: %w", err)
+	if err := writeAtomic(l.dir, metaFile, appendFrame(nil, 0, p[:])); err != nil {
+		return fmt.Errorf("store queue position: %w", err)
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write queue position: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("fsync queue position: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write queue position: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(l.dir, metaFile)); err != nil {
-		return fmt.Errorf("replace queue position: %w", err)
-	}
-	return syncDir(l.dir)
+	return nil
 }

@@ -3,7 +3,7 @@
 // sarama consumers can talk to a Kafka that outlives any one of them. It is
 // not a production broker: data lives in memory.
 //
-//	devkafka --port 9092 --topics edge.summaries,edge.deadletter --partitions 3
+//	devkafka --port 9092 --topics edge.summaries,edge.deadletter,edge.offsets --partitions 3
 //
 // It prints "kafka listening on HOST:PORT" once ready and runs until
 // interrupted.
@@ -22,7 +22,7 @@ import (
 
 func main() {
 	port := flag.Int("port", 9092, "port to listen on (0 picks one)")
-	topics := flag.String("topics", "edge.summaries,edge.deadletter", "comma-separated topics to create")
+	topics := flag.String("topics", "edge.summaries,edge.deadletter,edge.offsets", "comma-separated topics to create")
 	partitions := flag.Int("partitions", 3, "partitions per topic")
 	flag.Parse()
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.Ports(*port), kfake.AllowAutoTopicCreation()}

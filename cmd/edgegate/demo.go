@@ -71,7 +71,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
 
-	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic))
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
 	if err != nil {
 		return fmt.Errorf("start in-process kafka: %w", err)
 	}
@@ -85,7 +85,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		logOut = stderr
 	}
 	log := newLogger(&cfg, logOut)
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "edgegate-demo"}), time.Now)
+	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(kafkaOptions(&cfg, "edgegate-demo")), time.Now)
 	if err != nil {
 		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
 	}

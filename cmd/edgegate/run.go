@@ -31,13 +31,24 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	log.Info("edgegate starting", "version", version, "gateway", cfg.Gateway.ID, "mqtt", cfg.MQTT.Listen,
 		"kafka", cfg.Kafka.Brokers, "window", cfg.Aggregate.Window.D().String())
-	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: cfg.Kafka.ClientID}), time.Now)
+	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(kafkaOptions(cfg, cfg.Kafka.ClientID)), time.Now)
 	if err != nil {
 		return err
 	}
 	err = p.run(ctx)
 	log.Info("edgegate stopped", "err", err)
 	return err
+}
+
+// kafkaOptions derives the producer's options from the configuration.
+func kafkaOptions(cfg *configs.Config, clientID string) bridge.KafkaOptions {
+	o := bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: clientID}
+	if cfg.Kafka.ExactlyOnce {
+		o.TransactionalID = cfg.TransactionalID()
+		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
+		o.PositionKey = cfg.Gateway.ID
+	}
+	return o
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
