@@ -86,7 +86,7 @@ type Options struct {
 	BatchSize       int           // records per Send; default 500
 	SyncInterval    time.Duration // how often appended records are made durable and sent; default 50ms
 	MinBackoff      time.Duration // first reconnect delay; default 100ms
-	MaxBackoff      time.Duration // reconnect delay cap; default 5s
+	MaxBackoff      time.Duration // reconnect delay cap; default 2s
 	Grace           time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
 	Logger          *slog.Logger
 }
@@ -138,7 +138,7 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		opts.MinBackoff = 100 * time.Millisecond
 	}
 	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = 5 * time.Second
+		opts.MaxBackoff = 2 * time.Second
 	}
 	if opts.Grace <= 0 {
 		opts.Grace = 5 * time.Second

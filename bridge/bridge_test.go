@@ -320,3 +320,78 @@ func TestFencing(t *testing.T) {
 		t.Errorf("committed summaries %v; the fenced gateway's must not appear", got)
 	}
 }
+
+// TestOutageExactlyOnce cuts the link to Kafka several times while
+// summaries keep coming (some cuts land mid-transaction), then checks that
+// a read_committed consumer sees every summary exactly once and each
+// device's in window order, and that delivery resumed within 5 s of each
+// restore.
+func TestOutageExactlyOnce(t *testing.T) {
+	link, _, addrs := kafkatest.StartWithLink(t, 3, summaries, dead, offsetsTopic)
+	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{MaxBackoff: time.Second, BatchSize: 20})
+	stop := run(t, f)
+	// Summaries keep coming, one every 4 ms, round-robin over 10 devices,
+	// until the cuts are over.
+	const devices = 10
+	stopProducing := make(chan struct{})
+	produced := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stopProducing:
+				produced <- n
+				return
+			case <-time.After(4 * time.Millisecond):
+			}
+			f.Summary(summary(fmt.Sprintf("dev-%d", n%devices), n/devices))
+			n++
+		}
+	}()
+	var worst time.Duration
+	for _, outage := range []time.Duration{700 * time.Millisecond, 300 * time.Millisecond, 4 * time.Second, 1500 * time.Millisecond} {
+		time.Sleep(400 * time.Millisecond)
+		link.Cut()
+		time.Sleep(outage)
+		before := f.Stats().Delivered
+		restored := time.Now()
+		link.Restore()
+		for f.Stats().Delivered == before && time.Since(restored) < 10*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		worst = max(worst, time.Since(restored))
+	}
+	close(stopProducing)
+	total := <-produced
+	deadline := time.Now().Add(30 * time.Second)
+	for f.Stats().Queued > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("slowest resumption after a restore: %v; stats %+v", worst, f.Stats())
+	if worst > 5*time.Second {
+		t.Errorf("delivery resumed %v after the link came back, want < 5s", worst)
+	}
+	msgs := kafkatest.Consume(t, addrs, summaries, total, 20*time.Second)
+	seen := map[string]bool{}
+	last := map[string]time.Time{}
+	for _, m := range msgs {
+		var s aggregate.Summary
+		if err := json.Unmarshal(m.Value, &s); err != nil {
+			t.Fatal(err)
+		}
+		if seen[s.ID] {
+			t.Errorf("%s window %v delivered twice", s.Device, s.WindowStart)
+		}
+		seen[s.ID] = true
+		if prev, ok := last[s.Device]; ok && !s.WindowStart.After(prev) {
+			t.Errorf("%s: window %v after %v", s.Device, s.WindowStart, prev)
+		}
+		last[s.Device] = s.WindowStart
+	}
+	if len(seen) != total || len(msgs) != total {
+		t.Errorf("%d records, %d distinct, want %d", len(msgs), len(seen), total)
+	}
+}

@@ -29,6 +29,13 @@ type KafkaOptions struct {
 	TransactionalID string
 	OffsetsTopic    string
 	PositionKey     string
+	// StallTimeout abandons a batch (or a commit) when Kafka has answered
+	// nothing for this long (default 10s): a link that went silent without
+	// a reset is then replaced by a fresh producer instead of waiting out
+	// sarama's retries and circuit breaker. Outages that reset connections
+	// are ridden out by sarama's own retries (the outage test resumes in
+	// under a second).
+	StallTimeout time.Duration
 }
 
 // SaramaConfig returns the producer configuration: idempotent (so retries
@@ -61,7 +68,7 @@ func SaramaConfig(o KafkaOptions) *sarama.Config {
 	if o.TransactionalID != "" {
 		c.Producer.Transaction.ID = o.TransactionalID
 		c.Producer.Transaction.Timeout = 60 * time.Second
-		c.Producer.Transaction.Retry.Max = 20
+		c.Producer.Transaction.Retry.Max = 5
 		c.Producer.Transaction.Retry.BackoffFunc = c.Producer.Retry.BackoffFunc
 		c.Consumer.IsolationLevel = sarama.ReadCommitted
 	}
@@ -135,10 +142,27 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []Record, pos Positi
 		}
 		return s.txnError("produce in transaction", err)
 	}
-	if err := s.p.CommitTxn(); err != nil {
-		return s.txnError("commit transaction", err)
+	// CommitTxn takes no context and retries for a long time when the link
+	// is down; bound the wait. An abandoned commit's outcome is unknown: the
+	// Forwarder replaces the producer (whose initialisation fences this one
+	// and completes or aborts the transaction) and reads the position back.
+	stall := s.o.StallTimeout
+	if stall <= 0 {
+		stall = 10 * time.Second
 	}
-	return nil
+	done := make(chan error, 1)
+	go func() { done <- s.p.CommitTxn() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return s.txnError("commit transaction", err)
+		}
+		return nil
+	case <-time.After(stall):
+		return fmt.Errorf("commit transaction: no answer from Kafka for %v; outcome unknown", stall)
+	case <-ctx.Done():
+		return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
+	}
 }
 
 // ErrFenced is returned when the transactional producer has failed for
@@ -179,6 +203,11 @@ func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
 	// already failed for good; watch for that.
 	watch := time.NewTicker(100 * time.Millisecond)
 	defer watch.Stop()
+	stall := s.o.StallTimeout
+	if stall <= 0 {
+		stall = 10 * time.Second
+	}
+	progress := time.Now()
 	for done < len(batch) {
 		var in chan<- *sarama.ProducerMessage
 		var next *sarama.ProducerMessage
@@ -190,14 +219,19 @@ func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
 			sent++
 		case <-s.p.Successes():
 			done++
+			progress = time.Now()
 		case perr := <-s.p.Errors():
 			done++
+			progress = time.Now()
 			if firstErr == nil {
 				firstErr = fmt.Errorf("produce to %s: %w", perr.Msg.Topic, perr.Err)
 			}
 		case <-watch.C:
 			if s.o.TransactionalID != "" && s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
 				return fmt.Errorf("transaction manager failed: %w", ErrFenced)
+			}
+			if time.Since(progress) > stall {
+				return fmt.Errorf("kafka acknowledged nothing for %v (%d of %d records done): link down?", stall, done, len(batch))
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -279,7 +313,7 @@ func (s *saramaProducer) Delivered(ctx context.Context) (Position, bool, error) 
 	for {
 		// Committed data ends before hwm (transaction markers take offsets
 		// too), so stop at hwm-1 or when nothing more comes.
-		idle := time.NewTimer(time.Second)
+		idle := time.NewTimer(250 * time.Millisecond)
 		select {
 		case m := <-pc.Messages():
 			idle.Stop()
