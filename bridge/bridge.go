@@ -77,18 +77,19 @@ const (
 
 // Options configures a Forwarder.
 type Options struct {
-	Gateway         string
-	SummariesTopic  string
-	DeadletterTopic string
-	Dir             string        // directory of the outbound queue
-	MaxBytes        int64         // quota of the outbound queue; default 1 GiB
-	Policy          FullPolicy    // what to do when the quota is reached
-	BatchSize       int           // records per Send; default 500
-	SyncInterval    time.Duration // how often appended records are made durable and sent; default 50ms
-	MinBackoff      time.Duration // first reconnect delay; default 100ms
-	MaxBackoff      time.Duration // reconnect delay cap; default 2s
-	Grace           time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
-	Logger          *slog.Logger
+	Gateway          string
+	SummariesTopic   string
+	DeadletterTopic  string
+	Dir              string        // directory of the outbound queue
+	MaxBytes         int64         // quota of the outbound queue; default 1 GiB
+	Policy           FullPolicy    // what to do when the quota is reached
+	BatchSize        int           // records per Send (one transaction); default 5000
+	PositionInterval time.Duration // how often the delivered position is written locally; default 500ms
+	SyncInterval     time.Duration // how often appended records are made durable and sent; default 50ms
+	MinBackoff       time.Duration // first reconnect delay; default 100ms
+	MaxBackoff       time.Duration // reconnect delay cap; default 2s
+	Grace            time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
+	Logger           *slog.Logger
 }
 
 // Stats is a snapshot of the forwarder's counters.
@@ -118,7 +119,8 @@ type Forwarder struct {
 
 	mu       sync.Mutex
 	stats    Stats
-	position uint64 // first record not yet delivered
+	position uint64    // first record not yet delivered
+	saved    time.Time // when the position was last written to disk
 	encBuf   []byte
 }
 
@@ -129,7 +131,10 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		opts.MaxBytes = 1 << 30
 	}
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = 500
+		opts.BatchSize = 5000
+	}
+	if opts.PositionInterval <= 0 {
+		opts.PositionInterval = 500 * time.Millisecond
 	}
 	if opts.SyncInterval <= 0 {
 		opts.SyncInterval = 50 * time.Millisecond
@@ -355,7 +360,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			pending = append(pending, rec)
 		}
 		if len(pending) == 0 && pendingNext > 0 {
-			return f.commit(pendingNext, 0) // only undecodable records were read
+			return f.commit(pendingNext, 0, false) // only undecodable records were read
 		}
 		return nil
 	}
@@ -406,7 +411,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				f.setLink(false)
 				return fmt.Errorf("send %d records: %w", len(pending), err), nil
 			}
-			if err := f.commit(pendingNext, len(pending)); err != nil {
+			if err := f.commit(pendingNext, len(pending), false); err != nil {
 				return nil, err
 			}
 			clear(pending)
@@ -439,12 +444,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return fatal
 		}
 		if linkErr == nil {
-			return f.q.Close()
+			return f.closeQueue()
 		}
 		if sendCtx.Err() != nil || !wait(sendCtx, nextBackoff()) {
 			left := f.Stats().Queued
 			f.log.Warn("shutdown: records left in the outbound queue for the next start", "records", left, "err", linkErr)
-			return f.q.Close()
+			return f.closeQueue()
 		}
 	}
 }
@@ -462,13 +467,24 @@ func (f *Forwarder) reconcile(kp Position, first uint64) (skip bool, err error) 
 		return false, nil
 	}
 	f.log.Info("kafka already holds records of the queue; skipping them", "from", first, "to", kp.Next)
-	return true, f.commit(kp.Next, 0)
+	return true, f.commit(kp.Next, 0, true)
 }
 
 // commit records that every record below next was delivered (n records in
-// this batch): durably in the queue's metadata first, then by unlinking the
-// segments that no longer hold anything undelivered.
-func (f *Forwarder) commit(next uint64, n int) error {
+// this batch). The position is written to the queue's metadata, and fully
+// delivered segments unlinked after it, at most every PositionInterval
+// unless force is set: with exactly-once delivery Kafka holds the true
+// position, and without it a lost local position only means a few batches
+// are sent again (consumers dedupe by id).
+func (f *Forwarder) commit(next uint64, n int, force bool) error {
+	f.mu.Lock()
+	f.position = next
+	f.stats.Delivered += uint64(n)
+	due := force || time.Since(f.saved) >= f.opts.PositionInterval
+	f.mu.Unlock()
+	if !due {
+		return nil
+	}
 	if err := f.q.SetPosition(next); err != nil {
 		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
 	}
@@ -476,8 +492,19 @@ func (f *Forwarder) commit(next uint64, n int) error {
 		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
 	}
 	f.mu.Lock()
-	f.position = next
-	f.stats.Delivered += uint64(n)
+	f.saved = time.Now()
 	f.mu.Unlock()
 	return nil
+}
+
+// closeQueue writes the delivered position and closes the queue.
+func (f *Forwarder) closeQueue() error {
+	f.mu.Lock()
+	pos := f.position
+	f.mu.Unlock()
+	err := f.commit(pos, 0, true)
+	if cerr := f.q.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
