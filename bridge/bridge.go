@@ -325,6 +325,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	defer func() { r.Close() }()
 	var pending []Record
 	var pendingFirst, pendingNext uint64 // queue positions of the pending batch
+	intern := interner{}
 
 	// fill reads the next batch of durable records, first making durable
 	// what was appended since the last call.
@@ -349,7 +350,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				pendingFirst = seq
 			}
 			pendingNext = seq + 1
-			rec, err := decodeRecord(b)
+			rec, err := decodeRecord(b, intern)
 			if err != nil {
 				f.mu.Lock()
 				f.stats.Lost++

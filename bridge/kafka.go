@@ -92,7 +92,7 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 			if r.err != nil {
 				return nil, explainKafkaError(r.err)
 			}
-			return &saramaProducer{p: r.p, o: o}, nil
+			return &saramaProducer{p: r.p, o: o, hbytes: map[string][]byte{}}, nil
 		case <-ctx.Done():
 			go func() { // do not leak a producer made after we gave up
 				if r := <-ch; r.err == nil {
@@ -112,8 +112,20 @@ func explainKafkaError(err error) error {
 }
 
 type saramaProducer struct {
-	p sarama.AsyncProducer
-	o KafkaOptions
+	p      sarama.AsyncProducer
+	o      KafkaOptions
+	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
+}
+
+func (s *saramaProducer) bytes(v string) []byte {
+	b, ok := s.hbytes[v]
+	if !ok {
+		b = []byte(v)
+		if len(s.hbytes) < 256 {
+			s.hbytes[v] = b
+		}
+	}
+	return b
 }
 
 var _ Producer = (*saramaProducer)(nil)
@@ -184,15 +196,20 @@ func (s *saramaProducer) txnError(what string, err error) error {
 
 func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
 	msgs := make([]sarama.ProducerMessage, len(batch))
+	nh := 0
+	for _, r := range batch {
+		nh += len(r.Headers)
+	}
+	headers := make([]sarama.RecordHeader, nh) // one allocation for the batch
 	for i, r := range batch {
 		m := &msgs[i]
 		m.Topic = r.Topic
 		m.Key = sarama.ByteEncoder(r.Key)
 		m.Value = sarama.ByteEncoder(r.Value)
 		if len(r.Headers) > 0 {
-			m.Headers = make([]sarama.RecordHeader, len(r.Headers))
+			m.Headers, headers = headers[:len(r.Headers):len(r.Headers)], headers[len(r.Headers):]
 			for j, h := range r.Headers {
-				m.Headers[j] = sarama.RecordHeader{Key: []byte(h.Key), Value: []byte(h.Value)}
+				m.Headers[j] = sarama.RecordHeader{Key: s.bytes(h.Key), Value: s.bytes(h.Value)}
 			}
 		}
 	}

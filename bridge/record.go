@@ -32,18 +32,35 @@ func appendBytes(b, s []byte) []byte {
 
 var errRecord = errors.New("undecodable outbound record")
 
-// decodeRecord decodes a queued record. The result shares no memory with b.
-func decodeRecord(b []byte) (Record, error) {
+// interner returns a shared string for bytes it has seen before (topics and
+// header values repeat on every record), so decoding them allocates nothing.
+type interner map[string]string
+
+func (in interner) get(b []byte) string {
+	if s, ok := in[string(b)]; ok { // no allocation for the lookup
+		return s
+	}
+	if len(in) > 256 {
+		return string(b)
+	}
+	s := string(b)
+	in[s] = s
+	return s
+}
+
+// decodeRecord decodes a queued record. Key and value alias one copy of b;
+// strings come from in.
+func decodeRecord(b []byte, in interner) (Record, error) {
 	if len(b) == 0 || b[0] != recordVersion {
 		return Record{}, errRecord
 	}
-	b = b[1:]
+	b = append([]byte(nil), b[1:]...)
 	next := func() ([]byte, bool) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
 			return nil, false
 		}
-		s := append([]byte(nil), b[k:k+int(n)]...)
+		s := b[k : k+int(n) : k+int(n)]
 		b = b[k+int(n):]
 		return s, true
 	}
@@ -53,20 +70,23 @@ func decodeRecord(b []byte) (Record, error) {
 	if !ok1 || !ok2 {
 		return Record{}, errRecord
 	}
-	r.Topic, r.Key = string(topic), key
+	r.Topic, r.Key = in.get(topic), key
 	nh, k := binary.Uvarint(b)
 	if k <= 0 || nh > uint64(len(b)) {
 		return Record{}, errRecord
 	}
 	b = b[k:]
+	if nh > 0 {
+		r.Headers = make([]Header, 0, nh)
+	}
 	for range nh {
 		hk, ok1 := next()
 		hv, ok2 := next()
 		if !ok1 || !ok2 {
 			return Record{}, errRecord
 		}
-		r.Headers = append(r.Headers, Header{string(hk), string(hv)})
+		r.Headers = append(r.Headers, Header{in.get(hk), in.get(hv)})
 	}
-	r.Value = append([]byte(nil), b...)
+	r.Value = b
 	return r, nil
 }
