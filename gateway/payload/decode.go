@@ -1,7 +1,6 @@
 package payload
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -116,7 +115,7 @@ func decodeMetric(device, metric string, payload []byte, now time.Time, h Handle
 	if err := checkName("metric", metric); err != nil {
 		return err
 	}
-	b := bytes.TrimSpace(payload)
+	b := trimJSONSpace(payload)
 	if len(b) == 0 {
 		return &Error{Reason: ReasonEmpty, Detail: "no value in payload"}
 	}
@@ -189,7 +188,7 @@ func decodeMetric(device, metric string, payload []byte, now time.Time, h Handle
 // decodeDevice decodes the payload of a topic that names only the device: a
 // JSON object of metrics, or a SenML pack.
 func decodeDevice(device string, payload []byte, now time.Time, h Handler) error {
-	b := bytes.TrimSpace(payload)
+	b := trimJSONSpace(payload)
 	if len(b) == 0 {
 		return &Error{Reason: ReasonEmpty, Detail: "no value in payload"}
 	}
@@ -467,6 +466,19 @@ func (s *scanner) senmlFields(rec *senmlRecord) error {
 			return s.skip(0)
 		}
 	})
+}
+
+// trimJSONSpace trims the white space JSON allows (RFC 8259 §2: space, tab,
+// line feed, carriage return), and no other.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 // bareNumber parses a payload that is just a number.

@@ -274,31 +274,7 @@ func (s *scanner) skip(depth int) error {
 		_, _, err := s.rawString()
 		return err
 	case c == '{':
-		s.i++
-		if s.peek() == '}' {
-			s.i++
-			return nil
-		}
-		for {
-			if _, _, err := s.rawString(); err != nil {
-				return err
-			}
-			if err := s.expect(':'); err != nil {
-				return err
-			}
-			if err := s.skip(depth + 1); err != nil {
-				return err
-			}
-			switch s.peek() {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return nil
-			default:
-				return errSyntax
-			}
-		}
+		return s.objectFields(func([]byte, bool) error { return s.skip(depth + 1) })
 	case c == '[':
 		s.i++
 		if s.peek() == ']' {
