@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
 )
 
 func need(t *testing.T, tools ...string) {
@@ -47,16 +48,6 @@ func build(t *testing.T, dir, pkg, name, goarch, goarm string) string {
 		t.Fatalf("build %s for %s: %v\n%s", pkg, goarch, err, b)
 	}
 	return out
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // startKafka runs devkafka in its own process and returns its address.
@@ -91,7 +82,7 @@ type gatewayProc struct {
 // emulator is set), waiting until its MQTT port accepts connections.
 func startGateway(t *testing.T, emulator, bin, id, kafka string) *gatewayProc {
 	t.Helper()
-	g := &gatewayProc{mqtt: fmt.Sprintf("127.0.0.1:%d", freePort(t)), http: fmt.Sprintf("127.0.0.1:%d", freePort(t)), stderr: &bytes.Buffer{}}
+	g := &gatewayProc{mqtt: fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t)), http: fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t)), stderr: &bytes.Buffer{}}
 	cfg := filepath.Join(t.TempDir(), "edgegate.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`gateway: {id: %s, data_dir: %s}
 mqtt: {listen: "%s", allow_anonymous: true}
