@@ -39,7 +39,7 @@ check: lint test
 BENCHTIME ?= 1s
 COUNT     ?= 1
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./aggregate ./gateway/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./aggregate ./gateway/... ./bridge/...
 
 FUZZTIME ?= 60s
 fuzz:
