@@ -319,51 +319,47 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.opts.Grace, sendCancel) })
 	defer stopGrace()
 
-	f.mu.Lock()
-	r := f.q.NewReader(f.position)
-	f.mu.Unlock()
-	defer func() { r.Close() }()
 	var pending []Record
 	var pendingFirst, pendingNext uint64 // queue positions of the pending batch
-	intern := interner{}
 
-	// fill reads the next batch of durable records, first making durable
-	// what was appended since the last call.
-	fill := func() error {
-		if len(pending) > 0 {
-			return nil
+	// While running, a prefetcher reads the next batch while the current
+	// one is being sent. At shutdown it stops, and the rest is read in line
+	// from the delivered position, so that everything queued before the
+	// end is tried within the grace period.
+	f.mu.Lock()
+	pf := f.startPrefetch(f.position)
+	f.mu.Unlock()
+	defer func() { pf.stop() }()
+	var r *queue.Reader // the in-line reader, at shutdown
+	defer func() {
+		if r != nil {
+			r.Close()
 		}
-		if st := f.q.Stats(); st.Next > st.Durable {
-			if err := f.q.Sync(); err != nil {
-				return fmt.Errorf("%w: %w", ErrQueueFailed, err)
-			}
+	}()
+	intern := interner{}
+	take := func(b batchOf) error {
+		if b.err != nil {
+			return b.err
 		}
-		for len(pending) < f.opts.BatchSize {
-			seq, b, err := r.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("%w: %w", ErrQueueFailed, err)
-			}
-			if len(pending) == 0 {
-				pendingFirst = seq
-			}
-			pendingNext = seq + 1
-			rec, err := decodeRecord(b, intern)
-			if err != nil {
-				f.mu.Lock()
-				f.stats.Lost++
-				f.mu.Unlock()
-				f.log.Error("outbound record undecodable; skipped", "seq", seq)
-				continue
-			}
-			pending = append(pending, rec)
-		}
+		pending, pendingFirst, pendingNext = b.recs, b.first, b.next
 		if len(pending) == 0 && pendingNext > 0 {
 			return f.commit(pendingNext, 0, false) // only undecodable records were read
 		}
 		return nil
+	}
+	fill := func() error {
+		if len(pending) > 0 {
+			return nil
+		}
+		if r == nil {
+			select {
+			case b := <-pf.out:
+				return take(b)
+			default:
+				return nil
+			}
+		}
+		return take(f.readBatch(r, intern))
 	}
 	deliver := func(connectCtx context.Context) (linkErr, fatal error) {
 		for {
@@ -393,8 +389,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					if skip, err := f.reconcile(kp, pendingFirst); err != nil {
 						return nil, err
 					} else if skip {
-						r.Close()
-						pending, r = pending[:0], f.q.NewReader(kp.Next)
+						pending = pending[:0]
+						if r != nil {
+							r.Close()
+							r = f.q.NewReader(kp.Next)
+						} else {
+							pf.stop()
+							pf = f.startPrefetch(kp.Next)
+						}
 						continue
 					}
 				}
@@ -438,7 +440,16 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 	}
 	// Shutdown: a bounded grace period to deliver what is queued; the rest
-	// stays in the queue for the next start.
+	// stays in the queue for the next start. A batch the prefetcher read but
+	// that was not sent is read again from the delivered position.
+	pf.stop()
+	f.mu.Lock()
+	if len(pending) == 0 {
+		r = f.q.NewReader(f.position)
+	} else {
+		r = f.q.NewReader(pendingNext)
+	}
+	f.mu.Unlock()
 	for {
 		linkErr, fatal := deliver(sendCtx)
 		if fatal != nil {
@@ -453,6 +464,98 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return f.closeQueue()
 		}
 	}
+}
+
+// batchOf is a batch of records read from the queue: first and next are
+// the queue positions of its first record and after its last (records that
+// could not be decoded are counted and left out).
+type batchOf struct {
+	recs        []Record
+	first, next uint64
+	err         error
+}
+
+// readBatch makes what was appended durable and reads up to BatchSize
+// records. An empty batch with next 0 means nothing is queued.
+func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
+	var b batchOf
+	if st := f.q.Stats(); st.Next > st.Durable {
+		if err := f.q.Sync(); err != nil {
+			b.err = fmt.Errorf("%w: %w", ErrQueueFailed, err)
+			return b
+		}
+	}
+	for len(b.recs) < f.opts.BatchSize {
+		seq, data, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.err = fmt.Errorf("%w: %w", ErrQueueFailed, err)
+			return b
+		}
+		if b.next == 0 {
+			b.first = seq
+		}
+		b.next = seq + 1
+		rec, err := decodeRecord(data, intern)
+		if err != nil {
+			f.mu.Lock()
+			f.stats.Lost++
+			f.mu.Unlock()
+			f.log.Error("outbound record undecodable; skipped", "seq", seq)
+			continue
+		}
+		b.recs = append(b.recs, rec)
+	}
+	return b
+}
+
+// prefetcher reads batches ahead of delivery in a goroutine of its own.
+type prefetcher struct {
+	out    chan batchOf
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startPrefetch starts reading batches from position from, one ahead.
+func (f *Forwarder) startPrefetch(from uint64) *prefetcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &prefetcher{out: make(chan batchOf, 1), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		r := f.q.NewReader(from)
+		defer r.Close()
+		intern := interner{}
+		tick := time.NewTicker(f.opts.SyncInterval)
+		defer tick.Stop()
+		for {
+			b := f.readBatch(r, intern)
+			if b.next == 0 && b.err == nil { // nothing queued: look again later
+				select {
+				case <-tick.C:
+					continue
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case p.out <- b:
+			case <-ctx.Done():
+				return
+			}
+			if b.err != nil {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// stop ends the prefetcher and waits for it; a batch it read is dropped.
+func (p *prefetcher) stop() {
+	p.cancel()
+	<-p.done
 }
 
 // reconcile compares the position Kafka holds with the pending batch that
