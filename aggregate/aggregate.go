@@ -181,6 +181,7 @@ type Aggregator struct {
 
 	series   map[seriesKey]*series
 	devices  map[string]*device
+	devList  []*device // in order of first reading: Tick and Flush go through devices in this order, so emissions are deterministic
 	retained map[retainedKey]*window
 	order    []retainedKey // closing order, oldest first, from orderHead
 	head     int
@@ -310,6 +311,7 @@ func (a *Aggregator) lookup(r Reading) *series {
 	if !ok {
 		d = &device{id: cloneString(r.Device)}
 		a.devices[d.id] = d
+		a.devList = append(a.devList, d)
 	}
 	s := &series{dev: d, metric: cloneString(r.Metric)}
 	d.series = append(d.series, s)
@@ -368,7 +370,7 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 func (a *Aggregator) Tick() {
 	now := a.now().UnixNano()
 	idle := int64(a.cfg.IdleClose)
-	for _, d := range a.devices {
+	for _, d := range a.devList {
 		if d.open > 0 && now-d.lastSeen >= idle {
 			a.closeDevice(d, math.MaxInt64)
 		}
@@ -378,7 +380,7 @@ func (a *Aggregator) Tick() {
 
 // Flush closes every open window, as at shutdown.
 func (a *Aggregator) Flush() {
-	for _, d := range a.devices {
+	for _, d := range a.devList {
 		if d.open > 0 {
 			a.closeDevice(d, math.MaxInt64)
 		}
