@@ -210,34 +210,35 @@ func numberLen(b []byte) int {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i)
 	default:
 		return 0
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
+		d := skipDigits(b, i+1)
+		if d == i+1 {
+			return 0 // a fraction needs digits
 		}
-		if i == d {
-			return 0
-		}
+		i = d
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
 		}
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
+		d := skipDigits(b, i)
+		if d == i {
+			return 0 // an exponent needs digits
 		}
-		if i == d {
-			return 0
-		}
+		i = d
+	}
+	return i
+}
+
+// skipDigits returns the index of the first non-digit at or after i.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
 	}
 	return i
 }
