@@ -122,6 +122,7 @@ type Forwarder struct {
 	position uint64    // first record not yet delivered
 	saved    time.Time // when the position was last written to disk
 	encBuf   []byte
+	stored   Mark // mark of the last record enqueued (or found at open)
 }
 
 // NewForwarder opens (and recovers) the outbound queue in opts.Dir and
@@ -160,6 +161,10 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		return nil, err
 	}
 	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q}
+	if f.stored, err = lastMark(q); err != nil {
+		q.Close()
+		return nil, err
+	}
 	qs := q.Stats()
 	f.position = max(q.Position(), qs.First)
 	f.stats.Truncated, f.stats.Quarantined, f.stats.Lost = qs.Truncated, qs.Quarantined, qs.Lost
@@ -177,8 +182,48 @@ const (
 	HeaderContentType = "content-type"
 )
 
-// Summary enqueues a summary record: key gateway/device, JSON value.
-func (f *Forwarder) Summary(s aggregate.Summary) {
+// lastMark reads the mark of the last record in the queue. The record
+// before the delivered position is kept on disk for this (see commit).
+func lastMark(q *queue.Log) (Mark, error) {
+	st := q.Stats()
+	if st.Next <= st.First {
+		return Mark{}, nil
+	}
+	r := q.NewReader(st.Next - 1)
+	defer r.Close()
+	_, data, err := r.Next()
+	if err == io.EOF {
+		return Mark{}, nil
+	}
+	if err != nil {
+		return Mark{}, fmt.Errorf("read last outbound record: %w", err)
+	}
+	m, err := recordMark(data)
+	if err != nil {
+		return Mark{}, nil // counted as lost when the forwarder reads it
+	}
+	return m, nil
+}
+
+// Stored returns the mark of the last record in the queue: what produced
+// it, and everything before, is already stored.
+func (f *Forwarder) Stored() Mark {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.stored
+}
+
+// Sync makes every record enqueued so far durable.
+func (f *Forwarder) Sync() error {
+	if err := f.q.Sync(); err != nil {
+		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
+	}
+	return nil
+}
+
+// Summary enqueues a summary record: key gateway/device, JSON value. m
+// names what produced it (zero for none).
+func (f *Forwarder) Summary(s aggregate.Summary, m Mark) {
 	f.Enqueue(Record{
 		Topic: f.opts.SummariesTopic,
 		Key:   s.Key(),
@@ -188,11 +233,11 @@ func (f *Forwarder) Summary(s aggregate.Summary) {
 			{HeaderSchema, strconv.Itoa(aggregate.SchemaVersion)},
 			{HeaderContentType, "application/json"},
 		},
-	})
+	}, m)
 }
 
-// DeadLetter enqueues a dead-letter record.
-func (f *Forwarder) DeadLetter(d DeadLetter) {
+// DeadLetter enqueues a dead-letter record. m names what produced it.
+func (f *Forwarder) DeadLetter(d DeadLetter, m Mark) {
 	d.Gateway = f.opts.Gateway
 	key := f.opts.Gateway
 	if d.Device != "" {
@@ -207,17 +252,20 @@ func (f *Forwarder) DeadLetter(d DeadLetter) {
 			{HeaderSchema, strconv.Itoa(DeadLetterSchemaVersion)},
 			{HeaderContentType, "application/json"},
 		},
-	})
+	}, m)
 }
 
-// Enqueue writes a record to the queue (durable within SyncInterval). When
-// the quota is reached the oldest segment is dropped and counted, under
-// either policy: under Backpressure the gateway has stopped accepting
-// QoS > 0 readings well before that.
-func (f *Forwarder) Enqueue(r Record) {
+// Enqueue writes a record to the queue (durable within SyncInterval, or
+// at Sync). m names what produced it. When the quota is reached the oldest
+// segment is dropped and counted, under either policy: under Backpressure
+// the gateway has stopped accepting QoS > 0 readings well before that.
+func (f *Forwarder) Enqueue(r Record, m Mark) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.encBuf = encodeRecord(f.encBuf[:0], r)
+	if m.After(f.stored) {
+		f.stored = m
+	}
+	f.encBuf = encodeRecord(f.encBuf[:0], r, m)
 	for {
 		_, err := f.q.Append(f.encBuf)
 		if err == nil {
@@ -592,7 +640,10 @@ func (f *Forwarder) commit(next uint64, n int, force bool) error {
 	if err := f.q.SetPosition(next); err != nil {
 		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
 	}
-	if err := f.q.DropBefore(next); err != nil {
+	// The segment holding the last delivered record stays, so that the
+	// last record's mark can be read at the next start (Stored) even if
+	// the records after it are lost from a torn tail.
+	if err := f.q.DropBefore(max(next, 1) - 1); err != nil {
 		return fmt.Errorf("%w: %w", ErrQueueFailed, err)
 	}
 	f.mu.Lock()

@@ -56,10 +56,10 @@ func TestDeliversInOrderPerDevice(t *testing.T) {
 		for d := 0; d < devices; d++ {
 			s := summary(fmt.Sprintf("dev-%02d", d), m)
 			sent[s.ID] = s
-			f.Summary(s)
+			f.Summary(s, bridge.Mark{})
 		}
 	}
-	f.DeadLetter(bridge.DeadLetter{Reason: "invalid_json", Detail: "x", Source: "mqtt", Topic: "sensors/a", Device: "a", Payload: []byte{0xff, 'x'}, ReceivedAt: time.Unix(0, 0)})
+	f.DeadLetter(bridge.DeadLetter{Reason: "invalid_json", Detail: "x", Source: "mqtt", Topic: "sensors/a", Device: "a", Payload: []byte{0xff, 'x'}, ReceivedAt: time.Unix(0, 0)}, bridge.Mark{})
 	msgs := kafkatest.Consume(t, addrs, summaries, devices*minutes, 20*time.Second)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -155,7 +155,7 @@ func TestQueueWhileDownDropsOldest(t *testing.T) {
 	f := newForwarder(t, bridge.Options{Dir: t.TempDir(), MaxBytes: 64 << 10, Policy: bridge.DropOldest}, []string{addr})
 	const n = 600
 	for m := 0; m < n; m++ {
-		f.Summary(summary("d", m))
+		f.Summary(summary("d", m), bridge.Mark{})
 	}
 	st := f.Stats()
 	if st.Dropped == 0 || st.Dropped+st.Queued != n || st.QueueBytes > 64<<10 {
@@ -179,10 +179,13 @@ func TestQueueSurvivesRestart(t *testing.T) {
 	port := kafkatest.FreePort(t)
 	addr := kafkatest.Addr(port)
 	dir := t.TempDir()
-	f := newForwarder(t, bridge.Options{Dir: dir, Grace: 100 * time.Millisecond}, []string{addr})
+	// Small segments (4 KiB, about ten records) so that delivered ones are
+	// unlinked.
+	const quota = 64 << 10
+	f := newForwarder(t, bridge.Options{Dir: dir, MaxBytes: quota, Grace: 100 * time.Millisecond}, []string{addr})
 	stop := run(t, f)
 	for m := 0; m < 100; m++ {
-		f.Summary(summary("d", m))
+		f.Summary(summary("d", m), bridge.Mark{Seq: uint64(m + 1), N: 1})
 	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -191,9 +194,12 @@ func TestQueueSurvivesRestart(t *testing.T) {
 		t.Fatalf("after first run: %+v", st)
 	}
 	kafkatest.StartOnPort(t, port, 1, summaries, dead)
-	f2 := newForwarder(t, bridge.Options{Dir: dir}, []string{addr})
+	f2 := newForwarder(t, bridge.Options{Dir: dir, MaxBytes: quota}, []string{addr})
 	if st := f2.Stats(); st.Queued != 100 {
 		t.Fatalf("reopened queue holds %d, want 100", st.Queued)
+	}
+	if m := f2.Stored(); m != (bridge.Mark{Seq: 100, N: 1}) {
+		t.Errorf("reopened queue: last stored mark %+v, want {100 1}", m)
 	}
 	stop2 := run(t, f2)
 	msgs := kafkatest.Consume(t, []string{addr}, summaries, 100, 20*time.Second)
@@ -203,9 +209,17 @@ func TestQueueSurvivesRestart(t *testing.T) {
 	if got := minutesOf(t, msgs); fmt.Sprint(got) != fmt.Sprint(span(0, 100)) {
 		t.Errorf("delivered %v", got)
 	}
-	f3 := newForwarder(t, bridge.Options{Dir: dir}, []string{addr})
+	f3 := newForwarder(t, bridge.Options{Dir: dir, MaxBytes: quota}, []string{addr})
+	// Everything was delivered and the older segments unlinked; the last
+	// record's mark is still known.
+	if m := f3.Stored(); m != (bridge.Mark{Seq: 100, N: 1}) {
+		t.Errorf("after delivery: last stored mark %+v, want {100 1}", m)
+	}
+	if st := f3.Stats(); st.Queued != 0 || st.QueueBytes > 8<<10 {
+		t.Errorf("after delivery the queue holds %d records in %d bytes; delivered segments should be gone", st.Queued, st.QueueBytes)
+	}
 	stop3 := run(t, f3)
-	f3.Summary(summary("d", 100))
+	f3.Summary(summary("d", 100), bridge.Mark{})
 	msgs = kafkatest.Consume(t, []string{addr}, summaries, 101, 20*time.Second)
 	if err := stop3(); err != nil {
 		t.Fatal(err)
@@ -222,7 +236,7 @@ func TestBackpressureMark(t *testing.T) {
 		f := newForwarder(t, bridge.Options{Dir: t.TempDir(), MaxBytes: 64 << 10, Policy: policy}, []string{"127.0.0.1:9"})
 		m := 0
 		for ; !f.Full() && m < 1000; m++ {
-			f.Summary(summary("d", m))
+			f.Summary(summary("d", m), bridge.Mark{})
 		}
 		st := f.Stats()
 		switch policy {
@@ -264,7 +278,7 @@ func TestExactlyOnceKafkaIsTheTruth(t *testing.T) {
 	f := txnForwarder(t, dir, addrs, bridge.Options{})
 	stop := run(t, f)
 	for m := 0; m < 50; m++ {
-		f.Summary(summary("d", m))
+		f.Summary(summary("d", m), bridge.Mark{})
 	}
 	kafkatest.Consume(t, addrs, summaries, 50, 20*time.Second)
 	if err := stop(); err != nil {
@@ -278,7 +292,7 @@ func TestExactlyOnceKafkaIsTheTruth(t *testing.T) {
 		t.Fatalf("without its local position the queue should look undelivered: %+v", st)
 	}
 	stop2 := run(t, f2)
-	f2.Summary(summary("d", 50))
+	f2.Summary(summary("d", 50), bridge.Mark{})
 	msgs := kafkatest.Consume(t, addrs, summaries, 51, 20*time.Second)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
@@ -295,15 +309,15 @@ func TestFencing(t *testing.T) {
 	_, addrs := kafkatest.Start(t, 1, summaries, dead, offsetsTopic)
 	f1 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
 	stop1 := run(t, f1)
-	f1.Summary(summary("a", 0))
+	f1.Summary(summary("a", 0), bridge.Mark{})
 	kafkatest.Consume(t, addrs, summaries, 1, 20*time.Second)
 
 	f2 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
 	stop2 := run(t, f2)
-	f2.Summary(summary("b", 1))
+	f2.Summary(summary("b", 1), bridge.Mark{})
 	kafkatest.Consume(t, addrs, summaries, 2, 20*time.Second)
 
-	f1.Summary(summary("a", 2)) // the zombie tries again
+	f1.Summary(summary("a", 2), bridge.Mark{}) // the zombie tries again
 	deadline := time.Now().Add(20 * time.Second)
 	for f1.Stats().SendErrors == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -344,7 +358,7 @@ func TestOutageExactlyOnce(t *testing.T) {
 				return
 			case <-time.After(4 * time.Millisecond):
 			}
-			f.Summary(summary(fmt.Sprintf("dev-%d", n%devices), n/devices))
+			f.Summary(summary(fmt.Sprintf("dev-%d", n%devices), n/devices), bridge.Mark{})
 			n++
 		}
 	}()

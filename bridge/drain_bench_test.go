@@ -38,7 +38,7 @@ func BenchmarkDrain(b *testing.B) {
 				b.Fatal(err)
 			}
 			for i := 0; i < b.N; i++ {
-				f.Summary(summary(fmt.Sprintf("dev-%03d", i%500), i/500))
+				f.Summary(summary(fmt.Sprintf("dev-%03d", i%500), i/500), bridge.Mark{})
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)

@@ -7,14 +7,34 @@ import (
 
 // Records are kept in the outbound queue in this encoding:
 //
-//	version (1 byte, 1)
+//	version (1 byte, 2)
+//	mark: uvarint seq, uvarint n (version 2 only; see Mark)
 //	topic, key: uvarint length + bytes each
 //	header count (uvarint), then key and value of each: uvarint length + bytes
 //	value: the rest
-const recordVersion = 1
+//
+// Version 1 records (no mark) are still read.
+const recordVersion = 2
 
-func encodeRecord(b []byte, r Record) []byte {
+// Mark names an output by what produced it: the sequence number of the
+// gateway's ingest event (in its journal) and the output's index among that
+// event's outputs, from 1. Marks increase in the order outputs are
+// enqueued, so the mark of the last stored record tells a replay of the
+// journal which outputs are already stored. The zero Mark is "none".
+type Mark struct {
+	Seq uint64
+	N   uint32
+}
+
+// After reports whether m comes after o.
+func (m Mark) After(o Mark) bool {
+	return m.Seq > o.Seq || m.Seq == o.Seq && m.N > o.N
+}
+
+func encodeRecord(b []byte, r Record, m Mark) []byte {
 	b = append(b, recordVersion)
+	b = binary.AppendUvarint(b, m.Seq)
+	b = binary.AppendUvarint(b, uint64(m.N))
 	b = appendBytes(b, []byte(r.Topic))
 	b = appendBytes(b, r.Key)
 	b = binary.AppendUvarint(b, uint64(len(r.Headers)))
@@ -48,13 +68,42 @@ func (in interner) get(b []byte) string {
 	return s
 }
 
+// recordMark returns the mark of an encoded record (zero for version 1).
+func recordMark(b []byte) (Mark, error) {
+	if len(b) > 0 && b[0] == 1 {
+		return Mark{}, nil
+	}
+	if len(b) == 0 || b[0] != recordVersion {
+		return Mark{}, errRecord
+	}
+	seq, k := binary.Uvarint(b[1:])
+	if k <= 0 {
+		return Mark{}, errRecord
+	}
+	n, k2 := binary.Uvarint(b[1+k:])
+	if k2 <= 0 || n > 1<<32-1 {
+		return Mark{}, errRecord
+	}
+	return Mark{Seq: seq, N: uint32(n)}, nil
+}
+
 // decodeRecord decodes a queued record. Key and value alias one copy of b;
 // strings come from in.
 func decodeRecord(b []byte, in interner) (Record, error) {
-	if len(b) == 0 || b[0] != recordVersion {
+	if len(b) == 0 || (b[0] != recordVersion && b[0] != 1) {
 		return Record{}, errRecord
 	}
+	v := b[0]
 	b = append([]byte(nil), b[1:]...)
+	if v == recordVersion {
+		for range 2 { // the mark
+			_, k := binary.Uvarint(b)
+			if k <= 0 {
+				return Record{}, errRecord
+			}
+			b = b[k:]
+		}
+	}
 	next := func() ([]byte, bool) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {

@@ -30,15 +30,16 @@ func loadID(dir string) (string, error) {
 	var r [16]byte
 	rand.Read(r[:])
 	id := hex.EncodeToString(r[:])
-	if err := writeAtomic(dir, idFile, []byte(id+"\n")); err != nil {
+	if err := WriteFileAtomic(dir, idFile, []byte(id+"\n")); err != nil {
 		return "", err
 	}
 	return id, nil
 }
 
-// writeAtomic replaces dir/name with data: write a temporary file, fsync
-// it, rename it over the old one, fsync the directory.
-func writeAtomic(dir, name string, data []byte) error {
+// WriteFileAtomic replaces dir/name with data: write a temporary file,
+// fsync it, rename it over the old one, fsync the directory. A crash at
+// any point leaves either the old file or the new one.
+func WriteFileAtomic(dir, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
@@ -78,11 +79,11 @@ func (l *Log) Position() uint64 {
 }
 
 // SetPosition durably records a consumer position (atomically, see
-// writeAtomic).
+// WriteFileAtomic).
 func (l *Log) SetPosition(pos uint64) error {
 	var p [8]byte
 	binary.LittleEndian.PutUint64(p[:], pos)
-	if err := writeAtomic(l.dir, metaFile, appendFrame(nil, 0, p[:])); err != nil {
+	if err := WriteFileAtomic(l.dir, metaFile, appendFrame(nil, 0, p[:])); err != nil {
 		return fmt.Errorf("store queue position: %w", err)
 	}
 	return nil
