@@ -89,6 +89,10 @@ type Storage struct {
 	// acknowledging QoS 1/2 readings so devices keep them) or "drop_oldest"
 	// (drop the oldest undelivered summaries). Either way it is counted.
 	FullPolicy string `yaml:"full_policy"`
+	// CheckpointInterval is how often the gateway's state (open and
+	// retained windows, sessions) is written to <data_dir>/state, so that
+	// a restart replays at most this much of the ingest journal.
+	CheckpointInterval Duration `yaml:"checkpoint_interval"`
 }
 
 // ByteSize is a size in bytes, written as a number or with a unit: 512MiB,
@@ -198,7 +202,7 @@ func Default() Config {
 			ExactlyOnce:     true,
 			OffsetsTopic:    "edge.offsets",
 		},
-		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure"},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
@@ -470,6 +474,9 @@ func (c *Config) Validate() error {
 	case "backpressure", "drop_oldest":
 	default:
 		add("storage.full_policy", "%q is not a policy; use backpressure (devices keep their readings) or drop_oldest", c.Storage.FullPolicy)
+	}
+	if d := c.Storage.CheckpointInterval.D(); d < 100*time.Millisecond || d > time.Hour {
+		add("storage.checkpoint_interval", "%s is out of range; use 100ms to 1h (the default 10s bounds the replay at restart)", d)
 	}
 	if c.HTTP.Listen != "" {
 		checkAddr(add, "http.listen", c.HTTP.Listen, false)

@@ -12,16 +12,21 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/queue"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway/payload"
 )
@@ -29,36 +34,62 @@ import (
 // Output receives what the gateway produces. Calls are made with the
 // aggregator's lock held and must not block: hand off or buffer.
 type Output interface {
-	Summary(aggregate.Summary)
-	DeadLetter(bridge.DeadLetter)
+	// Summary and DeadLetter take an output with its mark: the journal
+	// event that produced it and its index among that event's outputs.
+	Summary(aggregate.Summary, bridge.Mark)
+	DeadLetter(bridge.DeadLetter, bridge.Mark)
 	// Full reports that the output is over its quota: QoS 1/2 readings are
 	// then refused so that devices keep them.
 	Full() bool
+	// Stored returns the mark of the last output already stored. When the
+	// journal is replayed after a crash, outputs up to it are not made
+	// again.
+	Stored() bridge.Mark
+	// Sync makes every output so far durable (before a checkpoint).
+	Sync() error
 }
 
 // Gateway is the broker plus the ingest path. Create it with New, start it
 // with Run.
 type Gateway struct {
-	cfg    *configs.Config
-	log    *slog.Logger
-	now    func() time.Time
-	out    Output
-	server *mqtt.Server
-	addr   string
-	dec    *payload.Decoder
+	cfg      *configs.Config
+	log      *slog.Logger
+	now      func() time.Time
+	out      Output
+	server   *mqtt.Server
+	addr     string
+	dec      *payload.Decoder
+	jlog     *queue.Log // the ingest journal, <data_dir>/ingest
+	j        *journal
+	stateDir string // checkpoints, <data_dir>/state
 
-	mu  sync.Mutex // serialises the aggregator and ing
-	agg *aggregate.Aggregator
-	ing ingestHandler
+	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
+	agg      *aggregate.Aggregator
+	ing      ingestHandler
+	clock    time.Time   // the aggregator's clock: the time of the latest event applied
+	cur      bridge.Mark // the event being applied, and its outputs so far
+	suppress bridge.Mark // outputs up to this mark are already stored (replay)
+	applied  uint64      // journal sequence of the latest event applied
+	sessions map[string]session
+	dup      *dedupe
+	lastCP   uint64 // sequence of the latest checkpoint written
 
-	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
-	publishes  atomic.Uint64             // publications on reading topics
-	refused    atomic.Uint64             // QoS 1/2 publications refused because the output was full
-	logLimiter rateLimiter
+	rejected    [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
+	publishes   atomic.Uint64             // publications on reading topics
+	refused     atomic.Uint64             // QoS 1/2 publications refused because the output was full
+	duplicates  atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
+	badEvents   atomic.Uint64             // journal records that could not be decoded
+	suppressed  atomic.Uint64             // outputs not made again during replay
+	replayed    atomic.Uint64             // journal events replayed at start
+	cpFailures  atomic.Uint64             // checkpoints that could not be written
+	journalLost uint64                    // records lost from damaged journal segments, at start
+	logLimiter  rateLimiter
 }
 
-// New creates the broker, binds its listener and prepares the aggregator.
-// now is the clock (time.Now in production). Nothing runs until Run.
+// New opens the ingest journal in cfg.Gateway.DataDir, rebuilds the state
+// from the latest checkpoint and the journal after it, creates the broker
+// and binds its listener. now is the clock (time.Now in production).
+// Nothing runs until Run.
 func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time) (*Gateway, error) {
 	if now == nil {
 		now = time.Now
@@ -67,16 +98,22 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec}
+	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec, sessions: map[string]session{},
+		dup: newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
 	g.logLimiter.every = 10 * time.Second
 	g.ing.g = g
-	g.agg, err = aggregate.New(cfg.AggregateConfig(), now, out.Summary)
+	g.agg, err = aggregate.New(cfg.AggregateConfig(), func() time.Time { return g.clock }, g.emitSummary)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
+	if err := g.recover(); err != nil {
+		return nil, err
+	}
+	g.j = newJournal(g.jlog, now, g.apply)
 	users := Users{}
 	if cfg.MQTT.UsersFile != "" {
 		if users, err = LoadUsers(cfg.MQTT.UsersFile); err != nil {
+			g.jlog.Close()
 			return nil, fmt.Errorf("mqtt.users_file: %w", err)
 		}
 	}
@@ -96,46 +133,285 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
 	if err := g.server.AddHook(h, nil); err != nil {
+		g.jlog.Close()
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
 	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.MQTT.Listen})
 	if err := g.server.AddListener(tcp); err != nil {
+		g.jlog.Close()
 		return nil, fmt.Errorf("mqtt.listen %s: %w", cfg.MQTT.Listen, err)
 	}
 	g.addr = tcp.Address()
 	return g, nil
 }
 
+// recover opens the journal, loads the newest good checkpoint and replays
+// the journal after it. Outputs that the Output already stored are not
+// made again, so the queue ends up as if there had been no crash.
+func (g *Gateway) recover() error {
+	start := time.Now()
+	dir := g.cfg.Gateway.DataDir
+	var err error
+	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
+	if err != nil {
+		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
+	}
+	g.stateDir = filepath.Join(dir, "state")
+	if err := os.MkdirAll(g.stateDir, 0o750); err != nil {
+		g.jlog.Close()
+		return fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	cp, err := loadCheckpoint(g.stateDir, func(name string, err error) {
+		g.log.Error("checkpoint damaged; set aside, using an older one and a longer replay", "file", name, "err", err)
+	})
+	if err != nil {
+		g.jlog.Close()
+		return err
+	}
+	js := g.jlog.Stats()
+	from := uint64(1)
+	if cp != nil {
+		if js.Next <= cp.seq {
+			// The journal is behind the checkpoint: it was removed or
+			// replaced. Its sequence numbers start again, so marks of
+			// stored outputs say nothing about the new events.
+			g.log.Error("ingest journal is older than the checkpoint (was it deleted?); starting from the checkpoint's state",
+				"checkpoint", cp.seq, "journal_next", js.Next)
+			cp.seq = js.Next - 1
+			g.suppress = bridge.Mark{}
+		} else {
+			g.suppress = g.out.Stored()
+		}
+		if err := g.agg.Restore(cp.agg); err != nil {
+			// Typically aggregate.window was changed: windows of the old
+			// size cannot continue.
+			g.log.Error("aggregator state in the checkpoint does not fit the configuration; its open windows are discarded",
+				"err", err)
+		}
+		g.clock = time.Unix(0, cp.clock)
+		g.sessions, g.dup.rings = cp.sessions, cp.rings
+		g.applied, g.lastCP = cp.seq, cp.seq
+		from = cp.seq + 1
+	} else {
+		g.suppress = g.out.Stored()
+	}
+	if js.First > from {
+		g.log.Error("ingest journal records missing before the replay start; their readings are lost",
+			"want_from", from, "journal_first", js.First)
+	}
+	g.journalLost = js.Lost
+	n, err := g.replay(from)
+	if err != nil {
+		g.jlog.Close()
+		return err
+	}
+	if n > 0 || cp != nil || js.Truncated > 0 {
+		g.log.Info("state recovered", "checkpoint", g.lastCP, "replayed_events", n, "outputs_already_stored", g.suppressed.Load(),
+			"journal_truncated_bytes", js.Truncated, "open_windows", g.agg.OpenWindows(), "retained_windows", g.agg.Retained(),
+			"sessions", len(g.sessions), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// replay applies the durable journal records from sequence from on.
+func (g *Gateway) replay(from uint64) (int, error) {
+	r := g.jlog.NewReader(from)
+	defer r.Close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for {
+		seq, rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("replay ingest journal: %w", err)
+		}
+		g.applyLocked(seq, append([]byte(nil), rec...))
+		n++
+	}
+	g.replayed.Store(uint64(n))
+	return n, nil
+}
+
+// apply applies a durable batch of journal records (the journal's flusher
+// calls it, in journal order).
+func (g *Gateway) apply(first uint64, recs [][]byte) {
+	g.mu.Lock()
+	for i, rec := range recs {
+		g.applyLocked(first+uint64(i), rec)
+	}
+	g.mu.Unlock()
+}
+
+// applyLocked applies one event. Everything it does depends only on the
+// event and the state, so a replay does the same. rec is not kept: names
+// the aggregator keeps are copied.
+func (g *Gateway) applyLocked(seq uint64, rec []byte) {
+	g.applied = seq
+	g.cur = bridge.Mark{Seq: seq}
+	e, err := decodeEvent(rec)
+	if err != nil {
+		g.badEvents.Add(1)
+		g.log.Error("ingest journal record undecodable; skipped", "seq", seq, "err", err)
+		return
+	}
+	if t := time.Unix(0, e.at); t.After(g.clock) {
+		g.clock = t
+	}
+	switch e.kind {
+	case evPublish:
+		if e.flags&flagQoSMask > 0 {
+			h := contentHash(e.topic, e.payload)
+			if e.flags&flagDup != 0 && g.dup.seen(e.client, e.pid, h) {
+				g.duplicates.Add(1)
+				return
+			}
+			g.dup.add(e.client, e.pid, h, seq)
+		}
+		g.ingestLocked(unsafe.String(unsafe.SliceData(e.topic), len(e.topic)),
+			unsafe.String(unsafe.SliceData(e.client), len(e.client)), e.payload, g.clock)
+	case evTick:
+		g.agg.Tick()
+	case evFlush:
+		g.agg.Flush()
+	case evSessionStart:
+		g.dup.drop(e.client)
+		g.sessions[string(e.client)] = e.sess
+	case evSessionEnd:
+		g.dup.drop(e.client)
+		delete(g.sessions, string(e.client))
+	}
+}
+
+// emitSummary passes a summary to the Output with its mark, unless a
+// replay finds it already stored.
+func (g *Gateway) emitSummary(s aggregate.Summary) {
+	if m, ok := g.nextMark(); ok {
+		g.out.Summary(s, m)
+	}
+}
+
+func (g *Gateway) emitDeadLetter(d bridge.DeadLetter) {
+	if m, ok := g.nextMark(); ok {
+		g.out.DeadLetter(d, m)
+	}
+}
+
+func (g *Gateway) nextMark() (bridge.Mark, bool) {
+	g.cur.N++
+	if !g.cur.After(g.suppress) {
+		g.suppressed.Add(1)
+		return g.cur, false
+	}
+	return g.cur, true
+}
+
 // Addr returns the address the MQTT listener is bound to.
 func (g *Gateway) Addr() string { return g.addr }
 
-// Run serves MQTT until ctx is cancelled. Shutdown follows the data: stop
-// accepting and disconnect clients, then close every open window so its
-// summary reaches the Output. It returns after the broker's goroutines and
-// its own have stopped.
+// Run serves MQTT until ctx is cancelled. It owns the journal's goroutines,
+// the idle-close tick and checkpoints. Shutdown follows the data: stop
+// accepting and disconnect clients, journal and apply what is pending,
+// close every open window so its summary reaches the Output, and write a
+// checkpoint. It returns after the broker's goroutines and its own have
+// stopped; an error means the journal failed (a write or fsync) and the
+// process must stop.
 func (g *Gateway) Run(ctx context.Context) error {
+	jctx, jcancel := context.WithCancel(context.Background())
+	defer jcancel()
+	jdone := make(chan error, 1)
+	go func() { jdone <- g.j.Run(jctx) }()
 	if err := g.server.Serve(); err != nil {
+		jcancel()
+		<-jdone
+		g.jlog.Close()
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
 	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	every := g.cfg.Storage.CheckpointInterval.D()
+	cpTicker := time.NewTicker(every)
+	defer cpTicker.Stop()
 	for {
 		select {
 		case <-t.C:
-			g.mu.Lock()
-			g.agg.Tick()
-			g.mu.Unlock()
+			g.j.clock(evTick) // an error here is the journal's failure, reported below
+		case <-cpTicker.C:
+			if err := g.checkpoint(); err != nil {
+				g.server.Close()
+				jcancel()
+				<-jdone
+				g.jlog.Close()
+				return err
+			}
+		case err := <-jdone:
+			g.log.Error("ingest journal failed; stopping (nothing more is acknowledged)", "err", err)
+			g.server.Close()
+			g.jlog.Close()
+			return err
 		case <-ctx.Done():
 			g.server.Close()
+			if b, err := g.j.clock(evFlush); err == nil {
+				b.wait()
+			}
+			jcancel()
+			if err := <-jdone; err != nil {
+				g.jlog.Close()
+				return err
+			}
 			g.mu.Lock()
 			open := g.agg.OpenWindows()
-			g.agg.Flush()
 			g.mu.Unlock()
+			err := g.checkpoint()
+			if cerr := g.jlog.Close(); err == nil {
+				err = cerr
+			}
 			g.log.Info("mqtt broker stopped; open windows closed", "windows", open)
-			return nil
+			return err
 		}
 	}
+}
+
+// checkpoint writes the state as of the latest applied event, after
+// making the outputs so far durable, then removes the journal segments no
+// longer needed. A checkpoint that cannot be written is logged and counted
+// (the journal keeps everything); only a failed Output sync is returned.
+func (g *Gateway) checkpoint() error {
+	g.mu.Lock()
+	if g.applied == g.lastCP {
+		g.mu.Unlock()
+		return nil
+	}
+	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings}
+	data := c.encode()
+	g.mu.Unlock()
+	if err := g.out.Sync(); err != nil {
+		return err
+	}
+	if err := queue.WriteFileAtomic(g.stateDir, checkpointName(c.seq), data); err != nil {
+		g.cpFailures.Add(1)
+		g.log.Error("checkpoint not written; will retry", "err", err)
+		return nil
+	}
+	g.mu.Lock()
+	g.lastCP = c.seq
+	g.mu.Unlock()
+	seqs, err := checkpoints(g.stateDir)
+	if err != nil || len(seqs) == 0 {
+		return nil
+	}
+	for _, s := range seqs[min(2, len(seqs)):] {
+		os.Remove(filepath.Join(g.stateDir, checkpointName(s)))
+	}
+	// Keep the journal after the older of the two checkpoints kept.
+	keep := seqs[min(1, len(seqs)-1)]
+	if err := g.jlog.DropBefore(keep + 1); err != nil {
+		g.log.Error("ingest journal segments not removed", "err", err)
+	}
+	return nil
 }
 
 // Stats is a snapshot of the gateway's counters.

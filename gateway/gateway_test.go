@@ -43,6 +43,7 @@ var t0 = time.Date(2026, 11, 30, 10, 5, 30, 0, time.UTC)
 func testConfig(t *testing.T, brokers []string) *configs.Config {
 	c := configs.Default()
 	c.Gateway.ID = "gw-it"
+	c.Gateway.DataDir = t.TempDir()
 	c.MQTT.Listen = "127.0.0.1:0"
 	c.MQTT.AllowAnonymous = true
 	c.Kafka.Brokers = brokers
@@ -477,9 +478,11 @@ type switchOutput struct {
 	summaries, letters atomic.Int64
 }
 
-func (o *switchOutput) Summary(aggregate.Summary)    { o.summaries.Add(1) }
-func (o *switchOutput) DeadLetter(bridge.DeadLetter) { o.letters.Add(1) }
-func (o *switchOutput) Full() bool                   { return o.full.Load() }
+func (o *switchOutput) Summary(aggregate.Summary, bridge.Mark)    { o.summaries.Add(1) }
+func (o *switchOutput) DeadLetter(bridge.DeadLetter, bridge.Mark) { o.letters.Add(1) }
+func (o *switchOutput) Full() bool                                { return o.full.Load() }
+func (o *switchOutput) Stored() bridge.Mark                       { return bridge.Mark{} }
+func (o *switchOutput) Sync() error                               { return nil }
 
 // TestBackpressure: while the output is full, QoS 1 readings from an MQTT 5
 // device get PUBACK 0x97 (quota exceeded) and are neither aggregated nor

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 	"golang.org/x/crypto/bcrypt"
 )
@@ -27,7 +28,8 @@ type hook struct {
 func (h *hook) ID() string { return "edgegate" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
+		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients}, []byte{b})
 }
 
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
@@ -43,35 +45,122 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 // publish under any device.
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool { return true }
 
-// OnPublish runs in the publisher's goroutine before the acknowledgement.
+// OnPublish runs in the publisher's goroutine before mochi acknowledges.
+// A publication on a reading topic is journaled; QoS 1/2 ones are
+// acknowledged only once the journal has them on disk:
 //
-// When no client is subscribed to anything, a publication that is not to be
-// retained has nowhere to go; saying so (CodeSuccessIgnore) spares mochi its
-// subscriber lookup, which allocates several maps per message, without
-// changing the acknowledgement.
+//   - QoS 1, not retained, with no subscriber anywhere (the usual case for
+//     a gateway): mochi is told not to acknowledge (ErrRejectPacket), and
+//     the journal writes the PUBACK once the group fsync is done, so the
+//     client's next publications are read meanwhile and share the fsync;
+//   - otherwise (QoS 2, retained, or subscribers to route to) the hook
+//     waits for the fsync and mochi acknowledges and routes as usual.
+//
+// QoS 0 publications are journaled without waiting. When no client is
+// subscribed to anything, a publication that is not to be retained has
+// nowhere to go; saying so (CodeSuccessIgnore) spares mochi its subscriber
+// lookup, which allocates several maps per message.
 func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil
 	}
-	if pk.FixedHeader.Qos > 0 && h.g.out.Full() {
+	g := h.g
+	qos := pk.FixedHeader.Qos
+	noSubscribers := atomic.LoadInt64(&g.server.Info.Subscriptions) == 0
+	if !g.readingTopic(pk.TopicName) {
+		if !pk.FixedHeader.Retain && noSubscribers {
+			return pk, packets.CodeSuccessIgnore
+		}
+		return pk, nil
+	}
+	if qos > 0 && g.out.Full() {
 		// Storage quota reached under the backpressure policy: do not take
 		// responsibility for the reading. MQTT 5 clients get PUBACK 0x97
 		// (quota exceeded); 3.1.1 clients get no acknowledgement and resend
 		// later.
-		h.g.refused.Add(1)
-		if ok, held := h.g.logLimiter.allow("quota", h.g.now()); ok {
-			h.g.log.Warn("storage quota reached: refusing QoS 1/2 readings", "client", cl.ID, "suppressed_since_last", held)
+		g.refused.Add(1)
+		if ok, held := g.logLimiter.allow("quota", g.now()); ok {
+			g.log.Warn("storage quota reached: refusing QoS 1/2 readings", "client", cl.ID, "suppressed_since_last", held)
 		}
 		if cl.Properties.ProtocolVersion == 5 {
 			return pk, packets.ErrQuotaExceeded
 		}
 		return pk, packets.ErrRejectPacket
 	}
-	h.g.ingest(pk.TopicName, cl.ID, pk.Payload)
-	if !pk.FixedHeader.Retain && atomic.LoadInt64(&h.g.server.Info.Subscriptions) == 0 {
+	flags := qos & flagQoSMask
+	if pk.FixedHeader.Dup {
+		flags |= flagDup
+	}
+	if pk.FixedHeader.Retain {
+		flags |= flagRetain
+	}
+	async := qos == 1 && !pk.FixedHeader.Retain && noSubscribers
+	b, err := g.j.publish(cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	if err == nil && qos > 0 && !async {
+		err = b.wait()
+	}
+	if err != nil {
+		// The journal failed or is closing: never acknowledge. The client
+		// keeps the publication and sends it again.
+		return pk, packets.ErrRejectPacket
+	}
+	if async {
+		return pk, packets.ErrRejectPacket // the journal sends the PUBACK
+	}
+	if !pk.FixedHeader.Retain && noSubscribers {
 		return pk, packets.CodeSuccessIgnore
 	}
 	return pk, nil
+}
+
+// persistent reports whether cl's session outlives its connection.
+func persistent(cl *mqtt.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}
+
+// OnSessionEstablished journals a persistent session, so that after a
+// restart mochi has it again (CONNACK says session present and the client
+// resends what was not acknowledged). A clean start ends the journaled
+// session, and with it the client's duplicate detection.
+func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline {
+		return
+	}
+	if pk.Connect.Clean || !persistent(cl) {
+		h.g.j.sessionEnd(cl.ID)
+	}
+	if persistent(cl) {
+		h.g.j.sessionStart(cl.ID, session{proto: cl.Properties.ProtocolVersion, expiry: cl.Properties.Props.SessionExpiryInterval,
+			username: string(cl.Properties.Username), listener: cl.Net.Listener})
+	}
+}
+
+// OnDisconnect journals the end of a session that expires with its
+// connection.
+func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	if expire && !cl.Net.Inline {
+		h.g.j.sessionEnd(cl.ID)
+	}
+}
+
+// OnClientExpired journals the end of a session that outlived its
+// connection and has now expired.
+func (h *hook) OnClientExpired(cl *mqtt.Client) { h.g.j.sessionEnd(cl.ID) }
+
+// StoredClients gives mochi, as it starts, the persistent sessions the
+// journal holds.
+func (h *hook) StoredClients() ([]storage.Client, error) {
+	h.g.mu.Lock()
+	defer h.g.mu.Unlock()
+	v := make([]storage.Client, 0, len(h.g.sessions))
+	for id, s := range h.g.sessions {
+		v = append(v, storage.Client{ID: id, T: storage.ClientKey, ProtocolVersion: s.proto, Username: []byte(s.username),
+			Listener: s.listener, Properties: storage.ClientProperties{SessionExpiryInterval: s.expiry, SessionExpiryIntervalFlag: s.proto == 5}})
+	}
+	return v, nil
 }
 
 // Users maps usernames to bcrypt password hashes.

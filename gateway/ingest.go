@@ -42,7 +42,7 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 	if o.Accepted() {
 		return
 	}
-	h.g.out.DeadLetter(bridge.DeadLetter{
+	h.g.emitDeadLetter(bridge.DeadLetter{
 		Reason: o.String(), Detail: outcomeDetail(o), Source: "mqtt", Topic: h.topic, Client: h.client,
 		Device: r.Device, ReceivedAt: h.now, HasReading: true, Reading: r,
 	})
@@ -67,11 +67,9 @@ func outcomeDetail(o aggregate.Outcome) string {
 	return ""
 }
 
-// ingest decodes one publication into readings. It runs in the publishing
-// client's goroutine, before the broker acknowledges the message.
-func (g *Gateway) ingest(topic, client string, body []byte) {
-	now := g.now()
-	g.mu.Lock()
+// ingestLocked decodes one journaled publication into readings and
+// aggregates them, with g.mu held. now is its arrival time.
+func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time) {
 	h := &g.ing
 	h.topic, h.client, h.payload, h.now = topic, client, body, now
 	matched, err := g.dec.Decode(topic, body, now, h)
@@ -82,10 +80,20 @@ func (g *Gateway) ingest(topic, client string, body []byte) {
 			g.reject(e, topic, client, body, now)
 		}
 	}
-	g.mu.Unlock()
 	if matched {
 		g.publishes.Add(1)
 	}
+}
+
+// readingTopic reports whether topic matches a reading pattern (and is
+// journaled).
+func (g *Gateway) readingTopic(topic string) bool {
+	for _, p := range g.dec.Patterns() {
+		if _, _, ok := p.Match(topic); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // reject counts a decoder refusal, dead-letters it with the payload, and
@@ -105,7 +113,7 @@ func (g *Gateway) reject(e *payload.Error, topic, client string, body []byte, no
 	if e.Item != "" {
 		detail = e.Item + ": " + detail
 	}
-	g.out.DeadLetter(bridge.DeadLetter{
+	g.emitDeadLetter(bridge.DeadLetter{
 		Reason: string(e.Reason), Detail: detail, Source: "mqtt", Topic: topic, Client: client,
 		Device: device, ReceivedAt: now, Payload: append([]byte{}, body...),
 	})

@@ -1,0 +1,421 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+
+	"github.com/edgegate/edgegate/bridge/queue"
+)
+
+// The ingest journal is a queue.Log in <data_dir>/ingest holding every
+// event that changes the gateway's state, in the order it is applied:
+// publications, the idle-close tick, the shutdown flush and MQTT sessions
+// beginning and ending. Events are applied to the aggregator only after
+// they are durable, so replaying the journal from a checkpoint rebuilds
+// exactly the state, and the outputs, that the first run had. JOURNAL.md
+// gives the record layout.
+const (
+	evPublish      byte = 'P'
+	evTick         byte = 'T'
+	evFlush        byte = 'F'
+	evSessionStart byte = 'S'
+	evSessionEnd   byte = 'E'
+)
+
+// Publication flags in a publish event.
+const (
+	flagQoSMask = 0x03
+	flagDup     = 0x04
+	flagRetain  = 0x08
+)
+
+// event is a decoded journal record. Byte slices alias the record.
+type event struct {
+	kind    byte
+	at      int64 // wall clock, Unix nanoseconds
+	flags   byte
+	pid     uint16
+	client  []byte
+	topic   []byte
+	payload []byte
+	sess    session
+}
+
+// session is what the journal keeps of a persistent MQTT session, enough
+// for mochi to restore it (so that CONNACK says the session is present).
+type session struct {
+	proto    byte
+	expiry   uint32 // session expiry interval, seconds
+	username string
+	listener string
+}
+
+var errEvent = errors.New("undecodable journal record")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendPublish(b []byte, at int64, flags byte, pid uint16, client, topic string, payload []byte) []byte {
+	b = append(b, evPublish)
+	b = binary.AppendVarint(b, at)
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(pid))
+	b = appendString(b, client)
+	b = appendString(b, topic)
+	return append(b, payload...)
+}
+
+func appendClock(b []byte, kind byte, at int64) []byte {
+	b = append(b, kind)
+	return binary.AppendVarint(b, at)
+}
+
+func appendSessionStart(b []byte, at int64, client string, s session) []byte {
+	b = appendClock(b, evSessionStart, at)
+	b = appendString(b, client)
+	b = append(b, s.proto)
+	b = binary.AppendUvarint(b, uint64(s.expiry))
+	b = appendString(b, s.username)
+	return appendString(b, s.listener)
+}
+
+func appendSessionEnd(b []byte, at int64, client string) []byte {
+	b = appendClock(b, evSessionEnd, at)
+	return appendString(b, client)
+}
+
+// reader decodes the fields of one record.
+type reader struct {
+	b  []byte
+	ok bool
+}
+
+func (r *reader) uvarint() uint64 {
+	v, k := binary.Uvarint(r.b)
+	if k <= 0 {
+		r.ok = false
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, k := binary.Varint(r.b)
+	if k <= 0 {
+		r.ok = false
+		return 0
+	}
+	r.b = r.b[k:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.ok = false
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if !r.ok || n > uint64(len(r.b)) {
+		r.ok = false
+		return nil
+	}
+	s := r.b[:n:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func decodeEvent(rec []byte) (event, error) {
+	r := reader{b: rec, ok: true}
+	e := event{kind: r.byte()}
+	e.at = r.varint()
+	switch e.kind {
+	case evPublish:
+		e.flags = r.byte()
+		pid := r.uvarint()
+		if pid > 0xffff {
+			r.ok = false
+		}
+		e.pid = uint16(pid)
+		e.client = r.bytes()
+		e.topic = r.bytes()
+		e.payload = r.b
+		r.b = nil
+	case evTick, evFlush:
+	case evSessionStart:
+		e.client = r.bytes()
+		e.sess.proto = r.byte()
+		exp := r.uvarint()
+		if exp > 1<<32-1 {
+			r.ok = false
+		}
+		e.sess.expiry = uint32(exp)
+		e.sess.username = string(r.bytes())
+		e.sess.listener = string(r.bytes())
+	case evSessionEnd:
+		e.client = r.bytes()
+	default:
+		r.ok = false
+	}
+	if !r.ok || len(r.b) != 0 {
+		return event{}, errEvent
+	}
+	return e, nil
+}
+
+// pendingAck is a PUBACK to send once its publication is durable.
+type pendingAck struct {
+	cl  *mqtt.Client
+	pid uint16
+}
+
+// journal appends events with group commit: while one batch is written
+// and fsynced, the next one fills. After a batch is durable it is applied,
+// its waiters are released and its PUBACKs handed to the acker. Run owns
+// the flushing goroutine and the acker.
+type journal struct {
+	log   *queue.Log
+	now   func() time.Time
+	apply func(first uint64, recs [][]byte)
+	acks  chan []pendingAck
+
+	mu   sync.Mutex
+	cur  *jbatch
+	wake chan struct{}
+	err  error // sticky: the log failed, or Run ended
+
+	written atomic.Int64 // bytes appended since the journal was opened
+}
+
+type jbatch struct {
+	buf  []byte
+	ends []int
+	acks []pendingAck
+	done chan struct{}
+	err  error
+}
+
+// ErrJournalClosed is returned for events submitted after the journal
+// stopped.
+var ErrJournalClosed = errors.New("ingest journal closed")
+
+func newJournal(l *queue.Log, now func() time.Time, apply func(uint64, [][]byte)) *journal {
+	return &journal{log: l, now: now, apply: apply, cur: newBatch(), wake: make(chan struct{}, 1), acks: make(chan []pendingAck, 4)}
+}
+
+func newBatch() *jbatch { return &jbatch{done: make(chan struct{})} }
+
+// begin locks the journal for one append and returns the batch to write
+// into, and the event time: taken under the lock, so times never go
+// backwards in journal order.
+func (j *journal) begin() (*jbatch, int64, error) {
+	j.mu.Lock()
+	if j.err != nil {
+		err := j.err
+		j.mu.Unlock()
+		return nil, 0, err
+	}
+	return j.cur, j.now().UnixNano(), nil
+}
+
+// end finishes the append begun with begin and wakes the flusher.
+func (j *journal) end(b *jbatch) {
+	b.ends = append(b.ends, len(b.buf))
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+// publish journals a publication. With ack set, a PUBACK for it is sent to
+// cl once it is durable. It returns the batch, whose done channel closes
+// when the batch is durable (check its err then).
+func (j *journal) publish(cl *mqtt.Client, flags byte, pid uint16, topic string, payload []byte, ack bool) (*jbatch, error) {
+	b, at, err := j.begin()
+	if err != nil {
+		return nil, err
+	}
+	b.buf = appendPublish(b.buf, at, flags, pid, cl.ID, topic, payload)
+	if ack {
+		b.acks = append(b.acks, pendingAck{cl, pid})
+	}
+	j.end(b)
+	return b, nil
+}
+
+// clock journals a tick or the shutdown flush.
+func (j *journal) clock(kind byte) (*jbatch, error) {
+	b, at, err := j.begin()
+	if err != nil {
+		return nil, err
+	}
+	b.buf = appendClock(b.buf, kind, at)
+	j.end(b)
+	return b, nil
+}
+
+func (j *journal) sessionStart(client string, s session) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendSessionStart(b.buf, at, client, s)
+	j.end(b)
+	return nil
+}
+
+func (j *journal) sessionEnd(client string) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendSessionEnd(b.buf, at, client)
+	j.end(b)
+	return nil
+}
+
+// wait blocks until b is durable.
+func (b *jbatch) wait() error {
+	<-b.done
+	return b.err
+}
+
+// Run writes batches until ctx is cancelled, then writes and applies what
+// is pending and returns. A failed write or fsync ends it with the error:
+// nothing more is acknowledged, and every waiter gets the error.
+func (j *journal) Run(ctx context.Context) error {
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		for acks := range j.acks {
+			writeAcks(acks)
+		}
+	}()
+	defer func() {
+		close(j.acks)
+		<-ackDone
+	}()
+	for {
+		select {
+		case <-j.wake:
+			if err := j.flush(); err != nil {
+				j.fail(err)
+				return err
+			}
+		case <-ctx.Done():
+			err := j.flush()
+			if err == nil {
+				err = ErrJournalClosed
+			}
+			j.fail(err)
+			if errors.Is(err, ErrJournalClosed) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// fail makes err sticky and releases a batch that raced in after the last
+// flush.
+func (j *journal) fail(err error) {
+	j.mu.Lock()
+	if j.err == nil {
+		j.err = err
+	}
+	b := j.cur
+	j.cur = newBatch()
+	j.mu.Unlock()
+	if len(b.ends) > 0 {
+		b.err = err
+		close(b.done)
+	}
+}
+
+func (j *journal) flush() error {
+	j.mu.Lock()
+	b := j.cur
+	if len(b.ends) == 0 {
+		j.mu.Unlock()
+		return nil
+	}
+	j.cur = newBatch()
+	j.mu.Unlock()
+	recs := make([][]byte, len(b.ends))
+	start := 0
+	for i, end := range b.ends {
+		recs[i] = b.buf[start:end:end]
+		start = end
+	}
+	first, err := j.log.Append(recs...)
+	if err == nil {
+		err = j.log.Sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("ingest journal: %w", err)
+		b.err = err
+		close(b.done)
+		return err
+	}
+	j.written.Add(int64(len(b.buf)))
+	// Applied before acknowledged: once a device has its PUBACK, its
+	// reading shows in the gateway's counters.
+	j.apply(first, recs)
+	close(b.done)
+	if len(b.acks) > 0 {
+		j.acks <- b.acks
+	}
+	return nil
+}
+
+// writeAcks sends PUBACKs, one write per client for a batch. A PUBACK with
+// reason Success and no properties is four bytes in MQTT 3.1.1 and 5
+// alike. The write is made under the client's lock, as mochi's own writes
+// are, with a deadline so that one client that stopped reading cannot hold
+// up the others; such a client is disconnected (its unacknowledged
+// publications are resent on reconnect and recognised as duplicates).
+func writeAcks(acks []pendingAck) {
+	byClient := map[*mqtt.Client][]byte{}
+	var order []*mqtt.Client
+	for _, a := range acks {
+		b, ok := byClient[a.cl]
+		if !ok {
+			order = append(order, a.cl)
+		}
+		byClient[a.cl] = append(b, 0x40, 0x02, byte(a.pid>>8), byte(a.pid))
+	}
+	for _, cl := range order {
+		if err := writeRaw(cl, byClient[cl]); err != nil {
+			cl.Stop(fmt.Errorf("write puback: %w", err))
+		}
+	}
+}
+
+func writeRaw(cl *mqtt.Client, b []byte) error {
+	cl.Lock()
+	defer cl.Unlock()
+	if cl.Closed() || cl.Net.Conn == nil {
+		return nil // gone: the client resends on reconnect
+	}
+	conn := cl.Net.Conn
+	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := conn.Write(b)
+	conn.SetWriteDeadline(time.Time{})
+	return err
+}

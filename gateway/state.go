@@ -1,0 +1,277 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// dedupe recognises a QoS 1/2 publication that a device sends again (DUP
+// set, same packet id, same topic and payload) because the PUBACK of a
+// journaled first copy never reached it, typically across a gateway
+// restart. A device resends only publications still in flight, at most
+// mqtt.receive_maximum of them, all among its latest publications; so each
+// client keeps a ring of the packet ids and content hashes of its latest
+// receive_maximum journaled publications. A packet id is reused only after
+// its PUBACK arrived, so a resend of an acknowledged publication cannot
+// occur; the one ambiguity left is a client that reuses a packet id for a
+// new, identical publication while fewer than receive_maximum others were
+// sent in between and then resends that one as DUP (packet ids are usually
+// allocated round-robin, which rules it out).
+type dedupe struct {
+	size  int // entries per ring
+	max   int // rings kept; the least recently used goes first
+	rings map[string]*ring
+}
+
+type ring struct {
+	ents []dupEntry // up to size; ents[next] is the oldest once full
+	next int
+	used uint64 // journal sequence of the client's latest publication
+}
+
+type dupEntry struct {
+	pid  uint16
+	hash uint64
+}
+
+func newDedupe(size, max int) *dedupe {
+	return &dedupe{size: size, max: max, rings: map[string]*ring{}}
+}
+
+// contentHash is FNV-1a (64 bit) of topic, a zero byte and payload: stable
+// across restarts, unlike hash/maphash.
+func contentHash(topic, payload []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range topic {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	h *= 1099511628211
+	for _, c := range payload {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+// seen reports whether client's recent publications hold pid with hash.
+func (d *dedupe) seen(client []byte, pid uint16, hash uint64) bool {
+	r := d.rings[string(client)]
+	if r == nil {
+		return false
+	}
+	for _, e := range r.ents {
+		if e.pid == pid && e.hash == hash {
+			return true
+		}
+	}
+	return false
+}
+
+// add records a journaled publication.
+func (d *dedupe) add(client []byte, pid uint16, hash, seq uint64) {
+	r := d.rings[string(client)]
+	if r == nil {
+		if len(d.rings) >= d.max {
+			d.evict()
+		}
+		r = &ring{}
+		d.rings[string(client)] = r
+	}
+	r.used = seq
+	e := dupEntry{pid, hash}
+	if len(r.ents) < d.size {
+		r.ents = append(r.ents, e)
+		return
+	}
+	r.ents[r.next] = e
+	r.next = (r.next + 1) % len(r.ents)
+}
+
+func (d *dedupe) evict() {
+	var oldest string
+	var used uint64
+	first := true
+	for c, r := range d.rings {
+		if first || r.used < used || r.used == used && c < oldest {
+			oldest, used, first = c, r.used, false
+		}
+	}
+	delete(d.rings, oldest)
+}
+
+func (d *dedupe) drop(client []byte) { delete(d.rings, string(client)) }
+
+// A checkpoint is the gateway's whole state after the journal event at
+// sequence seq was applied, in <data_dir>/state/checkpoint-<seq>:
+//
+//	magic "EGCP", version 1
+//	uvarint seq, varint clock (Unix ns)
+//	uvarint length + the aggregator's snapshot
+//	uvarint count, then per session: client, proto (1 byte), uvarint
+//	  expiry, username, listener (strings as uvarint length + bytes)
+//	uvarint count, then per dedupe ring: client, uvarint used, uvarint n,
+//	  then n entries oldest first: uvarint pid, 8-byte hash
+//	CRC-32C of everything before it, 4 bytes little-endian
+//
+// The newest two are kept, and the journal from the older one's sequence
+// on, so that a damaged newest checkpoint costs a longer replay, not data.
+const (
+	checkpointMagic   = "EGCP"
+	checkpointVersion = 1
+	checkpointPrefix  = "checkpoint-"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// checkpoint is a decoded checkpoint file.
+type checkpoint struct {
+	seq      uint64
+	clock    int64
+	agg      []byte
+	sessions map[string]session
+	rings    map[string]*ring
+}
+
+func (c *checkpoint) encode() []byte {
+	b := append([]byte(checkpointMagic), checkpointVersion)
+	b = binary.AppendUvarint(b, c.seq)
+	b = binary.AppendVarint(b, c.clock)
+	b = binary.AppendUvarint(b, uint64(len(c.agg)))
+	b = append(b, c.agg...)
+	clients := slices.Sorted(maps.Keys(c.sessions))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		s := c.sessions[id]
+		b = appendString(b, id)
+		b = append(b, s.proto)
+		b = binary.AppendUvarint(b, uint64(s.expiry))
+		b = appendString(b, s.username)
+		b = appendString(b, s.listener)
+	}
+	clients = slices.Sorted(maps.Keys(c.rings))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		r := c.rings[id]
+		b = appendString(b, id)
+		b = binary.AppendUvarint(b, r.used)
+		b = binary.AppendUvarint(b, uint64(len(r.ents)))
+		for i := range r.ents {
+			e := r.ents[(r.next+i)%len(r.ents)]
+			b = binary.AppendUvarint(b, uint64(e.pid))
+			b = binary.LittleEndian.AppendUint64(b, e.hash)
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+var errCheckpoint = errors.New("damaged checkpoint")
+
+func decodeCheckpoint(b []byte) (*checkpoint, error) {
+	if len(b) < len(checkpointMagic)+1+4 || string(b[:4]) != checkpointMagic {
+		return nil, fmt.Errorf("%w: no header", errCheckpoint)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch", errCheckpoint)
+	}
+	if body[4] != checkpointVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
+	}
+	r := reader{b: body[5:], ok: true}
+	c := &checkpoint{sessions: map[string]session{}, rings: map[string]*ring{}}
+	c.seq = r.uvarint()
+	c.clock = r.varint()
+	c.agg = r.bytes()
+	n := r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		var s session
+		s.proto = r.byte()
+		s.expiry = uint32(r.uvarint())
+		s.username = string(r.bytes())
+		s.listener = string(r.bytes())
+		c.sessions[id] = s
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		rg := &ring{used: r.uvarint()}
+		m := r.uvarint()
+		if m > uint64(len(r.b)) {
+			r.ok = false
+			break
+		}
+		rg.ents = make([]dupEntry, 0, m)
+		for j := uint64(0); r.ok && j < m; j++ {
+			pid := uint16(r.uvarint())
+			if len(r.b) < 8 {
+				r.ok = false
+				break
+			}
+			rg.ents = append(rg.ents, dupEntry{pid, binary.LittleEndian.Uint64(r.b)})
+			r.b = r.b[8:]
+		}
+		c.rings[id] = rg
+	}
+	if !r.ok || len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: bad field", errCheckpoint)
+	}
+	return c, nil
+}
+
+// checkpoints lists the sequence numbers of the checkpoint files in dir,
+// newest first.
+func checkpoints(dir string) ([]uint64, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []uint64
+	for _, e := range ents {
+		if s, ok := strings.CutPrefix(e.Name(), checkpointPrefix); ok {
+			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+				seqs = append(seqs, n)
+			}
+		}
+	}
+	slices.Sort(seqs)
+	slices.Reverse(seqs)
+	return seqs, nil
+}
+
+func checkpointName(seq uint64) string { return fmt.Sprintf("%s%020d", checkpointPrefix, seq) }
+
+// loadCheckpoint returns the newest checkpoint in dir that reads back
+// whole, or nil if there is none. Damaged ones are renamed *.damaged and
+// reported through damaged, never an error: the journal still holds what
+// they summarised (see above).
+func loadCheckpoint(dir string, damaged func(name string, err error)) (*checkpoint, error) {
+	seqs, err := checkpoints(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list checkpoints in %s: %w", dir, err)
+	}
+	for _, seq := range seqs {
+		name := checkpointName(seq)
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("read checkpoint: %w", err)
+		}
+		c, err := decodeCheckpoint(b)
+		if err == nil && c.seq == seq {
+			return c, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: holds sequence %d", errCheckpoint, c.seq)
+		}
+		damaged(name, err)
+		os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+".damaged"))
+	}
+	return nil, nil
+}
