@@ -5,14 +5,16 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
 
-.PHONY: help build demo test lint check bench fuzz cross e2e clean
+.PHONY: help build demo test lint check bench fuzz cross e2e crash-long clean
 
 help:
 	@echo "make demo    first run: in-process Kafka, the gateway and a simulated fleet"
 	@echo "make test    unit and integration tests (with the race detector)"
 	@echo "make lint    gofmt, go vet, staticcheck"
 	@echo "make check   lint + test"
-	@echo "make e2e     the built binary with mosquitto_pub, kcat and qemu-user (ARM builds)"
+	@echo "make e2e     the built binary with mosquitto_pub, kcat and qemu-user (ARM builds);"
+	@echo "             20 SIGKILL cycles under QoS 1 load, then an exact check in Kafka"
+	@echo "make crash-long  the same crash loop with 200 cycles"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
 	@echo "make fuzz    fuzz the payload decoder for FUZZTIME (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
@@ -53,7 +55,10 @@ cross:
 	@ls -l $(DIST)/edgegate-linux-* | awk '{printf "%-32s %6.1f MiB\n", $$9, $$5/1048576}'
 
 e2e:
-	$(GO) test -tags e2e -count=1 -timeout 10m -run E2E -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop' -v ./cmd/edgegate
+
+crash-long:
+	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long
 
 clean:
 	rm -rf bin $(DIST)

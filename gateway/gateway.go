@@ -74,16 +74,15 @@ type Gateway struct {
 	dup      *dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
-	rejected    [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
-	publishes   atomic.Uint64             // publications on reading topics
-	refused     atomic.Uint64             // QoS 1/2 publications refused because the output was full
-	duplicates  atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
-	badEvents   atomic.Uint64             // journal records that could not be decoded
-	suppressed  atomic.Uint64             // outputs not made again during replay
-	replayed    atomic.Uint64             // journal events replayed at start
-	cpFailures  atomic.Uint64             // checkpoints that could not be written
-	journalLost uint64                    // records lost from damaged journal segments, at start
-	logLimiter  rateLimiter
+	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
+	publishes  atomic.Uint64             // publications on reading topics
+	refused    atomic.Uint64             // QoS 1/2 publications refused because the output was full
+	duplicates atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
+	badEvents  atomic.Uint64             // journal records that could not be decoded
+	suppressed atomic.Uint64             // outputs not made again during replay
+	replayed   atomic.Uint64             // journal events replayed at start
+	cpFailures atomic.Uint64             // checkpoints that could not be written
+	logLimiter rateLimiter
 }
 
 // New opens the ingest journal in cfg.Gateway.DataDir, rebuilds the state
@@ -128,7 +127,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.MQTT.ClientReadBuffer,
 		ClientNetWriteBufferSize: cfg.MQTT.ClientWriteBuffer,
-		Logger:                   log.With("component", "mqtt"),
+		Logger:                   slog.New(quietRejects{log.Handler()}).With("component", "mqtt"),
 		SysTopicResendInterval:   30,
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
@@ -199,7 +198,6 @@ func (g *Gateway) recover() error {
 		g.log.Error("ingest journal records missing before the replay start; their readings are lost",
 			"want_from", from, "journal_first", js.First)
 	}
-	g.journalLost = js.Lost
 	n, err := g.replay(from)
 	if err != nil {
 		g.jlog.Close()
@@ -276,8 +274,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.agg.Tick()
 	case evFlush:
 		g.agg.Flush()
-	case evSessionStart:
-		g.dup.drop(e.client)
+	case evSessionStart: // a clean start journals an end first
 		g.sessions[string(e.client)] = e.sess
 	case evSessionEnd:
 		g.dup.drop(e.client)
@@ -425,6 +422,23 @@ type Stats struct {
 	OpenWindows int
 	Retained    int
 	Devices     int
+	Sessions    int // persistent MQTT sessions kept across restarts
+
+	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
+	Journal    JournalStats
+}
+
+// JournalStats describes the ingest journal and the last recovery.
+type JournalStats struct {
+	Bytes              int64  // on disk
+	Applied            uint64 // sequence of the latest event applied
+	Checkpoint         uint64 // sequence of the latest checkpoint
+	CheckpointFailures uint64
+	Replayed           uint64 // events replayed at start
+	Suppressed         uint64 // outputs of replayed events found already stored
+	Truncated          int64  // bytes cut from a torn journal tail at start
+	Lost               uint64 // records in damaged journal segments
+	BadRecords         uint64 // undecodable records skipped
 }
 
 // Stats returns a snapshot of the counters.
@@ -436,8 +450,15 @@ func (g *Gateway) Stats() Stats {
 		Retained:    g.agg.Retained(),
 		Devices:     g.agg.Devices(),
 		Summaries:   c.Summaries,
+		Sessions:    len(g.sessions),
 	}
+	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
 	g.mu.Unlock()
+	js := g.jlog.Stats()
+	s.Journal.Bytes, s.Journal.Truncated, s.Journal.Lost = js.Bytes, js.Truncated, js.Lost
+	s.Journal.CheckpointFailures, s.Journal.Replayed = g.cpFailures.Load(), g.replayed.Load()
+	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
+	s.Duplicates = g.duplicates.Load()
 	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
 	s.Publishes = g.publishes.Load()
 	s.Refused = g.refused.Load()
@@ -482,4 +503,25 @@ func (r *rateLimiter) allow(key string, now time.Time) (bool, int) {
 	r.last[key] = now
 	delete(r.held, key)
 	return true, n
+}
+
+// quietRejects drops mochi's debug line for a publication a hook
+// rejected: the journal acknowledges QoS 1 publications itself after
+// telling mochi not to (see hook.OnPublish), so the line would be logged,
+// with the whole packet, for nearly every reading.
+type quietRejects struct{ slog.Handler }
+
+func (h quietRejects) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelDebug && r.Message == "publish packet rejected" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietRejects) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietRejects{h.Handler.WithAttrs(as)}
+}
+
+func (h quietRejects) WithGroup(name string) slog.Handler {
+	return quietRejects{h.Handler.WithGroup(name)}
 }

@@ -1,0 +1,300 @@
+//go:build e2e
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
+)
+
+var long = flag.Bool("long", false, "crash loop: 200 kill cycles instead of 20")
+
+// crashGateway runs the real binary on a fixed data directory and
+// listener, so that it can be killed and started again.
+type crashGateway struct {
+	t       *testing.T
+	bin     string
+	cfg     string
+	mqtt    string
+	logs    string
+	cmd     *exec.Cmd
+	started int
+}
+
+func (g *crashGateway) start() {
+	g.t.Helper()
+	g.started++
+	logf, err := os.Create(filepath.Join(g.logs, fmt.Sprintf("run-%03d.log", g.started)))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.cmd = exec.Command(g.bin, "run", "--config", g.cfg)
+	g.cmd.Stderr = logf
+	if err := g.cmd.Start(); err != nil {
+		g.t.Fatal(err)
+	}
+	logf.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", g.mqtt); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("start %d: gateway never listened; see %s", g.started, g.logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (g *crashGateway) kill() {
+	g.cmd.Process.Signal(syscall.SIGKILL)
+	g.cmd.Wait()
+}
+
+func (g *crashGateway) stop() error {
+	g.cmd.Process.Signal(syscall.SIGTERM)
+	return g.cmd.Wait()
+}
+
+// TestCrashLoop publishes QoS 1 readings from paho devices with persistent
+// sessions while the gateway is killed with SIGKILL at random moments and
+// started again, 20 times (200 with -long). Each device publishes every
+// reading until it is acknowledged. At the end a read_committed consumer
+// must see, for every window, a highest revision whose statistics are those
+// of exactly the readings sent, and no summary twice.
+func TestCrashLoop(t *testing.T) {
+	cycles := 20
+	if *long {
+		cycles = 200
+	}
+	dir := t.TempDir()
+	bin := build(t, dir, ".", "edgegate", runtime.GOARCH, "")
+	_, brokers := kafkatest.Start(t, 3, "edge.summaries", "edge.deadletter", "edge.offsets")
+	logs, err := os.MkdirTemp("", "edgegate-crash-logs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &crashGateway{t: t, bin: bin, cfg: filepath.Join(dir, "edgegate.yaml"), mqtt: kafkatest.Addr(kafkatest.FreePort(t)), logs: logs}
+	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: crash-gw, data_dir: %s}
+mqtt: {listen: "%s", allow_anonymous: true}
+kafka: {brokers: ["%s"]}
+storage: {checkpoint_interval: 300ms}
+aggregate: {allowed_lateness: 3h}
+log: {level: info}
+`, filepath.Join(dir, "data"), g.mqtt, brokers[0])), 0o600)
+	g.start()
+	defer func() {
+		if g.cmd.ProcessState == nil {
+			g.kill()
+		}
+		if t.Failed() {
+			t.Logf("gateway logs kept in %s", g.logs)
+		} else {
+			os.RemoveAll(g.logs)
+		}
+	}()
+
+	// Devices: each keeps several publications in flight, every reading
+	// stamped 10 ms after the one before (event time, from an hour ago:
+	// 360,000 readings per device before any is in the future), values
+	// multiples of 0.5 so that sums are exact in any order.
+	const devices, inflight = 6, 4
+	base := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	// Every 500th reading is stamped 2 minutes (and 5 ms, so no two
+	// readings share a time) earlier: late, it revises a closed window.
+	stamp := func(i int) time.Time {
+		t := base.Add(time.Duration(i) * 10 * time.Millisecond)
+		if i%500 == 499 && i > 12000 {
+			t = t.Add(-2*time.Minute - 5*time.Millisecond)
+		}
+		return t
+	}
+	value := func(d, i int) float64 { return float64((d*7919+i*31)%200) / 2 }
+	u, _ := url.Parse("mqtt://" + g.mqtt)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stopPublishing atomic.Bool
+	acked := make([]atomic.Int64, devices) // readings acknowledged per device: readings 0..n-1 are all acked at the end
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	next := make([]atomic.Int64, devices)
+	for d := range devices {
+		cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
+			ServerUrls:                    []*url.URL{u},
+			KeepAlive:                     30,
+			CleanStartOnInitialConnection: true,
+			SessionExpiryInterval:         3600,
+			ReconnectBackoff:              autopaho.NewConstantBackoff(50 * time.Millisecond),
+			ConnectTimeout:                2 * time.Second,
+			ClientConfig:                  paho.ClientConfig{ClientID: fmt.Sprintf("crash-dev-%d", d), PacketTimeout: 10 * time.Minute},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cm.Disconnect(context.Background())
+		for range inflight {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for !stopPublishing.Load() {
+					i := int(next[d].Add(1) - 1)
+					payload := fmt.Sprintf(`{"v":%g,"t":%d}`, value(d, i), stamp(i).UnixMilli())
+					for {
+						// A publication that failed was not journaled (its
+						// session did not survive, so nothing of it did):
+						// publish it again until it is acknowledged.
+						if err := cm.AwaitConnection(ctx); err != nil {
+							return
+						}
+						_, err := cm.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/crash-dev-%d/temp", d), QoS: 1, Payload: []byte(payload)})
+						if err == nil {
+							break
+						}
+						errs.Add(1)
+						if ctx.Err() != nil {
+							return
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+					acked[d].Add(1)
+				}
+			}()
+		}
+	}
+
+	for c := range cycles {
+		time.Sleep(time.Duration(200+rand.IntN(1300)) * time.Millisecond)
+		g.kill()
+		if c%5 == 4 {
+			// Sometimes stay down a while: devices keep their readings.
+			time.Sleep(time.Duration(rand.IntN(1000)) * time.Millisecond)
+		}
+		g.start()
+	}
+	stopPublishing.Store(true)
+	waitDone := make(chan struct{})
+	go func() { wg.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-time.After(60 * time.Second):
+		t.Fatal("publications still unacknowledged 60 s after the last restart")
+	}
+	if err := g.stop(); err != nil { // SIGTERM closes every open window
+		t.Fatalf("final stop: %v", err)
+	}
+	g.start() // delivers whatever the shutdown's grace period left queued
+
+	// Expected: every reading of every device exactly once.
+	type key struct {
+		dev   string
+		start time.Time
+	}
+	want := map[key]aggregate.Summary{}
+	firstAt, lastAt := map[key]time.Time{}, map[key]time.Time{}
+	total := 0
+	for d := range devices {
+		n := int(acked[d].Load())
+		if n != int(next[d].Load()) {
+			t.Fatalf("device %d: %d readings begun, %d acknowledged", d, next[d].Load(), n)
+		}
+		total += n
+		for i := range n {
+			at := stamp(i)
+			k := key{fmt.Sprintf("crash-dev-%d", d), at.Truncate(time.Minute)}
+			s, ok := want[k]
+			v := value(d, i)
+			if !ok {
+				s = aggregate.Summary{Min: v, Max: v, First: v, Last: v}
+				firstAt[k], lastAt[k] = at, at
+			}
+			s.Count++
+			s.Sum += v
+			s.Min, s.Max = min(s.Min, v), max(s.Max, v)
+			if at.Before(firstAt[k]) {
+				s.First, firstAt[k] = v, at
+			}
+			if at.After(lastAt[k]) {
+				s.Last, lastAt[k] = v, at
+			}
+			want[k] = s
+		}
+	}
+	t.Logf("%d kill cycles, %d readings from %d devices in %d windows; %d publish errors retried", cycles, total, devices, len(want), errs.Load())
+
+	// Read until every window's count is complete, or a timeout.
+	got := map[key]aggregate.Summary{}
+	ids := map[string]int{}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		msgs, _ := kafkatest.ConsumeN(brokers, "edge.summaries", 1<<30, 3*time.Second)
+		clear(got)
+		clear(ids)
+		for _, m := range msgs {
+			var s aggregate.Summary
+			if err := json.Unmarshal(m.Value, &s); err != nil {
+				t.Fatalf("summary %s: %v", m.Value, err)
+			}
+			ids[s.ID]++
+			k := key{s.Device, s.WindowStart.UTC()}
+			if cur, ok := got[k]; !ok || s.Revision > cur.Revision {
+				got[k] = s
+			}
+		}
+		complete := len(got) == len(want)
+		for k, w := range want {
+			if got[k].Count != w.Count {
+				complete = false
+			}
+		}
+		if complete || time.Now().After(deadline) {
+			t.Logf("%d summary records (revisions included) in Kafka", len(msgs))
+			break
+		}
+	}
+	for id, n := range ids {
+		if n > 1 {
+			t.Errorf("summary %s delivered %d times", id, n)
+		}
+	}
+	for k, w := range want {
+		s, ok := got[k]
+		if !ok {
+			t.Errorf("%s %s: no summary", k.dev, k.start.Format(time.TimeOnly))
+			continue
+		}
+		if s.Count != w.Count || s.Sum != w.Sum || s.Min != w.Min || s.Max != w.Max || s.First != w.First || s.Last != w.Last {
+			t.Errorf("%s %s revision %d: count %d sum %g min %g max %g first %g last %g; want count %d sum %g min %g max %g first %g last %g",
+				k.dev, k.start.Format(time.TimeOnly), s.Revision, s.Count, s.Sum, s.Min, s.Max, s.First, s.Last,
+				w.Count, w.Sum, w.Min, w.Max, w.First, w.Last)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s %s: summary for a window nothing was sent to", k.dev, k.start)
+		}
+	}
+	if err := g.stop(); err != nil {
+		t.Errorf("last stop: %v", err)
+	}
+}
