@@ -187,6 +187,7 @@ type Aggregator struct {
 	head     int
 	free     []*window
 	counts   Counts
+	added    bool // a reading arrived since the last Tick
 }
 
 // New returns an Aggregator. now is the clock used for future-skew checks and
@@ -235,6 +236,7 @@ func (a *Aggregator) windowStart(t int64) int64 {
 // that the reading completes or revises are passed to emit before Add
 // returns.
 func (a *Aggregator) Add(r Reading) Outcome {
+	a.added = true
 	o := a.add(r)
 	a.counts.Readings[o]++
 	return o
@@ -368,6 +370,7 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 // drops retained windows that can no longer be revised. Call it about once a
 // second.
 func (a *Aggregator) Tick() {
+	a.added = false
 	now := a.now().UnixNano()
 	idle := int64(a.cfg.IdleClose)
 	for _, d := range a.devList {
@@ -376,6 +379,24 @@ func (a *Aggregator) Tick() {
 		}
 	}
 	a.expire()
+}
+
+// TickDue reports whether Tick at time now could change anything: some
+// device's open windows have been idle for IdleClose, or readings arrived
+// since the last Tick (so retained windows may have expired). A caller that
+// makes ticks durable can skip the others and stay quiet while nothing
+// happens.
+func (a *Aggregator) TickDue(now time.Time) bool {
+	if a.added {
+		return true
+	}
+	n, idle := now.UnixNano(), int64(a.cfg.IdleClose)
+	for _, d := range a.devList {
+		if d.open > 0 && n-d.lastSeen >= idle {
+			return true
+		}
+	}
+	return false
 }
 
 // Flush closes every open window, as at shutdown.

@@ -507,3 +507,35 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("sub-second window accepted")
 	}
 }
+
+// TestTickDue: a tick is due after readings, or when an open window has
+// been idle for IdleClose; not otherwise, and a due tick that closes the
+// idle windows leaves none due.
+func TestTickDue(t *testing.T) {
+	cfg := testConfig()
+	clk := &clock{t: base}
+	var emitted int
+	a, err := New(cfg, clk.now, func(Summary) { emitted++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.TickDue(clk.t) {
+		t.Error("fresh aggregator: tick due")
+	}
+	a.Add(Reading{Device: "d", Metric: "m", Time: clk.t, Value: 1})
+	if !a.TickDue(clk.t) {
+		t.Error("after a reading: no tick due")
+	}
+	a.Tick()
+	if a.TickDue(clk.t) || a.TickDue(clk.t.Add(cfg.IdleClose-time.Nanosecond)) {
+		t.Error("tick due before the idle time")
+	}
+	if !a.TickDue(clk.t.Add(cfg.IdleClose)) {
+		t.Error("open window idle for IdleClose: no tick due")
+	}
+	clk.t = clk.t.Add(cfg.IdleClose)
+	a.Tick()
+	if emitted != 1 || a.TickDue(clk.t.Add(time.Hour)) {
+		t.Errorf("after the idle close: %d emitted, tick due %v; want 1, false", emitted, a.TickDue(clk.t.Add(time.Hour)))
+	}
+}

@@ -335,7 +335,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-t.C:
-			g.j.clock(evTick) // an error here is the journal's failure, reported below
+			// Only ticks that can change something are journaled, so an
+			// idle gateway does not fsync every second.
+			g.mu.Lock()
+			due := g.agg.TickDue(g.now())
+			g.mu.Unlock()
+			if due {
+				g.j.clock(evTick) // an error here is the journal's failure, reported below
+			}
 		case <-cpTicker.C:
 			if err := g.checkpoint(); err != nil {
 				g.server.Close()

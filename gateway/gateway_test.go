@@ -642,3 +642,25 @@ func TestRedeliveryAcrossRestart(t *testing.T) {
 		t.Errorf("after clean start: counted %d, duplicates %d; want 5, 1", counted(st), st.Duplicates)
 	}
 }
+
+// TestIdleGatewayWritesNothing: with no readings, no tick is journaled
+// (an SD card is not written every second for nothing).
+func TestIdleGatewayWritesNothing(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	time.Sleep(2200 * time.Millisecond) // two ticks
+	st := gw.Stats()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st.Journal.Applied != 0 {
+		t.Errorf("idle gateway journaled %d events", st.Journal.Applied)
+	}
+}
