@@ -14,7 +14,9 @@ import (
 // this package and versioned; a snapshot taken under another window length
 // or out-of-order bound is refused by Restore.
 func (a *Aggregator) Snapshot() []byte {
-	var e encoder
+	// About 100 bytes per window; growing the buffer by doubling costs as
+	// much as encoding.
+	e := encoder{buf: make([]byte, 0, 64+(len(a.retained)+len(a.series))*112+len(a.devList)*48)}
 	e.u(snapshotVersion)
 	e.i(int64(a.cfg.Window))
 	e.i(int64(a.cfg.MaxOutOfOrder))

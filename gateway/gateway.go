@@ -74,6 +74,9 @@ type Gateway struct {
 	dup      *dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
+	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
+	cpSize    atomic.Int64 // its size
+
 	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
 	publishes  atomic.Uint64             // publications on reading topics
 	refused    atomic.Uint64             // QoS 1/2 publications refused because the output was full
@@ -344,6 +347,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 				g.j.clock(evTick) // an error here is the journal's failure, reported below
 			}
 		case <-cpTicker.C:
+			if !g.checkpointDue() {
+				continue
+			}
 			if err := g.checkpoint(); err != nil {
 				g.server.Close()
 				jcancel()
@@ -379,6 +385,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
+// Checkpoints are written at most every storage.checkpoint_interval, and
+// only once the journal has grown by as much as the last checkpoint's size
+// since it (so that checkpoints at most double what is written to the SD
+// card), or by maxReplayBytes, which bounds the replay at restart (about
+// 0.5 s).
+const maxReplayBytes = 64 << 20
+
+func (g *Gateway) checkpointDue() bool {
+	since := g.j.written.Load() - g.cpWritten.Load()
+	return since >= g.cpSize.Load() || since >= maxReplayBytes
+}
+
 // checkpoint writes the state as of the latest applied event, after
 // making the outputs so far durable, then removes the journal segments no
 // longer needed. A checkpoint that cannot be written is logged and counted
@@ -389,6 +407,7 @@ func (g *Gateway) checkpoint() error {
 		g.mu.Unlock()
 		return nil
 	}
+	written := g.j.written.Load() // at least what was applied
 	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings}
 	data := c.encode()
 	g.mu.Unlock()
@@ -403,6 +422,8 @@ func (g *Gateway) checkpoint() error {
 	g.mu.Lock()
 	g.lastCP = c.seq
 	g.mu.Unlock()
+	g.cpWritten.Store(written)
+	g.cpSize.Store(int64(len(data)))
 	seqs, err := checkpoints(g.stateDir)
 	if err != nil || len(seqs) == 0 {
 		return nil

@@ -468,7 +468,7 @@ func TestRoutingStillWorks(t *testing.T) {
 	if strings.Join(seen, " ") != "sensors/dev-r/state=1 sensors/dev-r/temp=3" {
 		t.Errorf("subscriber saw %v", seen)
 	}
-	if n := st.gw.Stats().Outcomes["aggregated"]; n != 3 {
+	if n := settled(t, st.gw, func(s gateway.Stats) bool { return s.Outcomes["aggregated"] >= 3 }).Outcomes["aggregated"]; n != 3 {
 		t.Errorf("aggregated %d readings, want 3", n)
 	}
 }
@@ -516,7 +516,7 @@ func TestBackpressure(t *testing.T) {
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-bp/t", QoS: 1, Payload: []byte("3")}); err != nil {
 		t.Fatalf("publish with room: %v", err)
 	}
-	st := gw.Stats()
+	st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] >= 2 })
 	if st.Refused != 1 || st.Outcomes["aggregated"] != 2 || out.letters.Load() != 0 {
 		t.Errorf("refused %d, aggregated %d, dead letters %d; want 1, 2, 0", st.Refused, st.Outcomes["aggregated"], out.letters.Load())
 	}
@@ -557,6 +557,20 @@ func rawConnect(t *testing.T, addr, id string, clean bool) (*rawClient, bool) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// settled polls the gateway's counters until ok holds, for at most 5 s,
+// and returns them: a reading is applied shortly after its PUBACK.
+func settled(t *testing.T, gw *gateway.Gateway, ok func(gateway.Stats) bool) gateway.Stats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := gw.Stats()
+		if ok(st) || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 // publish sends a QoS 1 publication and returns the PUBACK's reason code.
 func (c *rawClient) publish(pid uint16, dup bool, topic, payload string) byte {
@@ -610,7 +624,10 @@ func TestRedeliveryAcrossRestart(t *testing.T) {
 	c.publish(7, true, topic, "21.5") // PUBACK lost, say: resent
 	c.publish(8, false, topic, "21.5")
 	c.publish(8, true, topic, "99") // other content: a different reading
-	st := gw.Stats()
+	// Readings are applied in journal order, so once the last one counts,
+	// every one before it has been seen.
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	st := settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 3 })
 	if st.Outcomes["aggregated"] != 3 || st.Duplicates != 1 || st.Sessions != 1 {
 		t.Errorf("aggregated %d, duplicates %d, sessions %d; want 3, 1, 1", st.Outcomes["aggregated"], st.Duplicates, st.Sessions)
 	}
@@ -626,8 +643,7 @@ func TestRedeliveryAcrossRestart(t *testing.T) {
 	c.publish(8, true, topic, "99") // resent after the restart
 	c.publish(9, false, topic, "99")
 	// Windows were closed at shutdown: later readings revise them.
-	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
-	st = gw.Stats()
+	st = settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 4 })
 	if counted(st) != 4 || st.Duplicates != 1 {
 		t.Errorf("after restart: counted %d (all time), duplicates %d; want 4, 1 (%v)", counted(st), st.Duplicates, st.Outcomes)
 	}
@@ -638,7 +654,7 @@ func TestRedeliveryAcrossRestart(t *testing.T) {
 		t.Error("clean start: session present")
 	}
 	c.publish(9, true, topic, "99")
-	if st := gw.Stats(); counted(st) != 5 || st.Duplicates != 1 {
+	if st := settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 5 }); counted(st) != 5 || st.Duplicates != 1 {
 		t.Errorf("after clean start: counted %d, duplicates %d; want 5, 1", counted(st), st.Duplicates)
 	}
 }
