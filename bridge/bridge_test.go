@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -257,6 +258,9 @@ const offsetsTopic = "edge.offsets"
 func txnForwarder(t *testing.T, dir string, brokers []string, o bridge.Options) *bridge.Forwarder {
 	t.Helper()
 	o.Gateway, o.SummariesTopic, o.DeadletterTopic, o.Dir = "gw-1", summaries, dead, dir
+	if testing.Verbose() && o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	if o.MinBackoff == 0 {
 		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	}
@@ -336,12 +340,13 @@ func TestFencing(t *testing.T) {
 }
 
 // TestOutageExactlyOnce cuts the link to Kafka several times while
-// summaries keep coming (some cuts land mid-transaction), then checks that
+// summaries keep coming (some cuts land mid-transaction, one right after a
+// commit reached the broker, before its answer came back), then checks that
 // a read_committed consumer sees every summary exactly once and each
 // device's in window order, and that delivery resumed within 5 s of each
 // restore.
 func TestOutageExactlyOnce(t *testing.T) {
-	link, _, addrs := kafkatest.StartWithLink(t, 3, summaries, dead, offsetsTopic)
+	link, cluster, addrs := kafkatest.StartWithLink(t, 3, summaries, dead, offsetsTopic)
 	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{MaxBackoff: time.Second, BatchSize: 20})
 	stop := run(t, f)
 	// Summaries keep coming, one every 4 ms, round-robin over 10 devices,
@@ -374,6 +379,25 @@ func TestOutageExactlyOnce(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		worst = max(worst, time.Since(restored))
+	}
+	// A cut right after a commit reached the broker: the transaction is
+	// committed but the forwarder never hears so. It must find out from
+	// the position in Kafka, not send the batch again.
+	link.CutAfterCommit(cluster)
+	for waited := time.Now(); !link.Down(); time.Sleep(time.Millisecond) {
+		if time.Since(waited) > 10*time.Second {
+			t.Fatal("no transaction committed within 10 s")
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	committedBlind := f.Stats().Delivered
+	restored := time.Now()
+	link.Restore()
+	for f.Stats().Delivered == committedBlind && time.Since(restored) < 10*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d := time.Since(restored); d > 5*time.Second {
+		t.Errorf("after a cut right after a commit, delivery resumed %v after the restore", d)
 	}
 	close(stopProducing)
 	total := <-produced
