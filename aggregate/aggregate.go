@@ -187,7 +187,8 @@ type Aggregator struct {
 	head     int
 	free     []*window
 	counts   Counts
-	added    bool // a reading arrived since the last Tick
+	added    bool  // a reading arrived since the last Tick
+	store    Store // closed windows beyond the RAM cache; nil keeps them all in RAM
 }
 
 // New returns an Aggregator. now is the clock used for future-skew checks and
@@ -263,17 +264,30 @@ func (a *Aggregator) add(r Reading) Outcome {
 		a.advance(d, t)
 		return Aggregated
 	}
-	if w, ok := a.retained[retainedKey{s, start}]; ok {
-		if d.hasEvent && end+int64(a.cfg.AllowedLateness) <= d.watermark(a.cfg.MaxOutOfOrder) {
+	wm := d.watermark(a.cfg.MaxOutOfOrder)
+	w, ok := a.retained[retainedKey{s, start}]
+	if !ok && a.store != nil && d.hasEvent && end <= wm && end+int64(a.cfg.AllowedLateness) > wm {
+		// Closed and still revisable: it may be in the store.
+		st, found, err := a.store.Load(d.id, s.metric, start)
+		if err != nil {
+			return Evicted // its state cannot be read: a revision 0 would contradict what was sent
+		}
+		if found {
+			w, ok = a.windowFrom(st), true
+			a.cache(s, w)
+		}
+	}
+	if ok {
+		if d.hasEvent && end+int64(a.cfg.AllowedLateness) <= wm {
 			return TooLate
 		}
 		w.add(t, r.Value)
 		w.setUnit(r.Unit)
 		w.late++
+		w.dirty = true
 		a.emitWindow(s, w)
 		return Revised
 	}
-	wm := d.watermark(a.cfg.MaxOutOfOrder)
 	behind := d.hasEvent && end <= wm
 	if behind && end+int64(a.cfg.AllowedLateness) <= wm {
 		return TooLate
@@ -281,7 +295,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 	if s.evicted && start < s.evictEnd {
 		return Evicted
 	}
-	w := a.newWindow(start)
+	w = a.newWindow(start)
 	w.add(t, r.Value)
 	w.setUnit(r.Unit)
 	if behind {
@@ -415,12 +429,25 @@ func (a *Aggregator) retain(s *series, w *window) {
 		a.release(w)
 		return
 	}
+	w.dirty = true
+	if a.store != nil {
+		a.cache(s, w)
+		return
+	}
 	k := retainedKey{s, w.start}
 	a.retained[k] = w
 	a.order = append(a.order, k)
 	for len(a.retained) > a.cfg.MaxRetained {
 		a.popOldest(true)
 	}
+}
+
+// cache keeps a closed window in RAM in front of the store.
+func (a *Aggregator) cache(s *series, w *window) {
+	k := retainedKey{s, w.start}
+	a.retained[k] = w
+	a.order = append(a.order, k)
+	a.trimCache()
 }
 
 func (a *Aggregator) markEvicted(s *series, start int64) {
@@ -552,6 +579,7 @@ type window struct {
 	late     int64
 	revision int
 	unit     string
+	dirty    bool // retained, and changed since the last TakeDirty
 }
 
 // setUnit records the unit of a reading in the window: the last one given

@@ -8,7 +8,8 @@ import (
 )
 
 // Snapshot encodes the aggregator's whole state (devices, watermarks, open
-// and retained windows, counters) so that Restore can rebuild it: an
+// and retained windows, counters; with a Store, retained windows are left
+// to the store) so that Restore can rebuild it: an
 // aggregator restored from a snapshot and fed the readings that followed
 // emits exactly what the original would have. The encoding is private to
 // this package and versioned; a snapshot taken under another window length
@@ -42,10 +43,12 @@ func (a *Aggregator) Snapshot() []byte {
 			}
 		}
 	}
-	// Retained windows in closing order, so eviction order survives.
+	// Retained windows in closing order, so eviction order survives. With a
+	// Store they are in the store (the owner takes the dirty ones with the
+	// snapshot), and the RAM cache is not state.
 	var live []retainedKey
 	for _, k := range a.order[a.head:] {
-		if _, ok := a.retained[k]; ok {
+		if _, ok := a.retained[k]; ok && a.store == nil {
 			live = append(live, k)
 		}
 	}
@@ -121,6 +124,7 @@ func (a *Aggregator) Restore(snap []byte) error {
 	if d.err != nil {
 		return fmt.Errorf("%w: %w", ErrSnapshot, d.err)
 	}
+	fresh.store = a.store
 	*a = *fresh
 	return nil
 }
