@@ -14,7 +14,9 @@ import (
 // on-disk store: dirty windows and deletions at each checkpoint.
 type mapStore map[string]WindowState
 
-func storeKey(dev, metric string, start int64) string { return fmt.Sprintf("%s\x00%s\x00%d", dev, metric, start) }
+func storeKey(dev, metric string, start int64) string {
+	return fmt.Sprintf("%s\x00%s\x00%d", dev, metric, start)
+}
 
 func (m mapStore) Load(dev, metric string, start int64) (WindowState, bool, error) {
 	w, ok := m[storeKey(dev, metric, start)]
