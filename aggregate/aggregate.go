@@ -86,10 +86,11 @@ type Config struct {
 	AllowedLateness time.Duration // how long after a window closes it may still be revised
 	MaxFutureSkew   time.Duration // readings stamped further ahead of the clock are refused
 	// MaxRetained caps the number of closed windows (over all series) kept
-	// in memory so that late readings can revise them. When the cap is
-	// reached the window closed longest ago is evicted first, and later
-	// readings for it (or any older window of its series) end as Evicted.
-	// Each retained window costs about 150 bytes.
+	// in memory so that late readings can revise them. Without a Store,
+	// when the cap is reached the window closed longest ago is evicted
+	// first, and later readings for it (or any older window of its series)
+	// end as Evicted; with a Store it is the size of the RAM cache in front
+	// of the store. Each window in memory costs about 150 bytes.
 	MaxRetained int
 }
 

@@ -47,13 +47,17 @@ func (a *Aggregator) TakeDirty(fn func(device, metric string, w WindowState)) {
 	a.trimCache()
 }
 
-// Horizons calls fn, for every device, with the start time (Unix ns) below
-// which its closed windows can no longer be revised: they may be deleted
-// from the store.
-func (a *Aggregator) Horizons(fn func(device string, before int64)) {
+// Horizons calls fn, for every series, with the start time (Unix ns)
+// below which its closed windows can no longer be revised: they may be
+// deleted from the store.
+func (a *Aggregator) Horizons(fn func(device, metric string, before int64)) {
 	for _, d := range a.devList {
-		if d.hasEvent {
-			fn(d.id, d.watermark(a.cfg.MaxOutOfOrder)-int64(a.cfg.AllowedLateness)-a.window+1)
+		if !d.hasEvent {
+			continue
+		}
+		before := d.watermark(a.cfg.MaxOutOfOrder) - int64(a.cfg.AllowedLateness) - a.window + 1
+		for _, s := range d.series {
+			fn(d.id, s.metric, before)
 		}
 	}
 }

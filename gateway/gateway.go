@@ -11,6 +11,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,16 +53,16 @@ type Output interface {
 // Gateway is the broker plus the ingest path. Create it with New, start it
 // with Run.
 type Gateway struct {
-	cfg      *configs.Config
-	log      *slog.Logger
-	now      func() time.Time
-	out      Output
-	server   *mqtt.Server
-	addr     string
-	dec      *payload.Decoder
-	jlog     *queue.Log // the ingest journal, <data_dir>/ingest
-	j        *journal
-	stateDir string // checkpoints, <data_dir>/state
+	cfg    *configs.Config
+	log    *slog.Logger
+	now    func() time.Time
+	out    Output
+	server *mqtt.Server
+	addr   string
+	dec    *payload.Decoder
+	jlog   *queue.Log // the ingest journal, <data_dir>/ingest
+	j      *journal
+	state  *stateDB // checkpoint and closed windows, <data_dir>/state/state.db
 
 	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
 	agg      *aggregate.Aggregator
@@ -108,17 +109,16 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
+	users := Users{}
+	if cfg.MQTT.UsersFile != "" {
+		if users, err = LoadUsers(cfg.MQTT.UsersFile); err != nil {
+			return nil, fmt.Errorf("mqtt.users_file: %w", err)
+		}
+	}
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
 	g.j = newJournal(g.jlog, now, g.apply)
-	users := Users{}
-	if cfg.MQTT.UsersFile != "" {
-		if users, err = LoadUsers(cfg.MQTT.UsersFile); err != nil {
-			g.jlog.Close()
-			return nil, fmt.Errorf("mqtt.users_file: %w", err)
-		}
-	}
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumClientWritesPending = int32(cfg.MQTT.ClientWriteQueue)
@@ -135,43 +135,61 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
 	if err := g.server.AddHook(h, nil); err != nil {
-		g.jlog.Close()
+		g.closeFiles()
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
 	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.MQTT.Listen})
 	if err := g.server.AddListener(tcp); err != nil {
-		g.jlog.Close()
+		g.closeFiles()
 		return nil, fmt.Errorf("mqtt.listen %s: %w", cfg.MQTT.Listen, err)
 	}
 	g.addr = tcp.Address()
 	return g, nil
 }
 
-// recover opens the journal, loads the newest good checkpoint and replays
-// the journal after it. Outputs that the Output already stored are not
-// made again, so the queue ends up as if there had been no crash.
+// recover opens the journal and the state file, loads the checkpoint and
+// replays the journal after it. Outputs that the Output already stored are
+// not made again, so the queue ends up as if there had been no crash.
 func (g *Gateway) recover() error {
 	start := time.Now()
 	dir := g.cfg.Gateway.DataDir
 	var err error
-	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
-	if err != nil {
-		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
-	}
-	g.stateDir = filepath.Join(dir, "state")
-	if err := os.MkdirAll(g.stateDir, 0o750); err != nil {
-		g.jlog.Close()
+	// The state file first: its lock keeps a second gateway from
+	// recovering (truncating) a journal that another one is writing.
+	stateDir := filepath.Join(dir, "state")
+	if err := os.MkdirAll(stateDir, 0o750); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
-	cp, err := loadCheckpoint(g.stateDir, func(name string, err error) {
-		g.log.Error("checkpoint damaged; set aside, using an older one and a longer replay", "file", name, "err", err)
-	})
+	if g.state, err = openStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {
+		return fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
 	if err != nil {
-		g.jlog.Close()
+		g.state.Close()
+		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
+	}
+	fail := func(err error) error {
+		g.closeFiles()
 		return err
+	}
+	var cp *checkpoint
+	blob, err := g.state.checkpoint()
+	if err != nil {
+		return fail(fmt.Errorf("read checkpoint: %w", err))
+	}
+	if blob != nil {
+		if cp, err = decodeCheckpoint(blob); err != nil {
+			// The windows stored with it no longer match any state: start
+			// again from what the journal holds.
+			g.log.Error("checkpoint damaged; replaying the journal from its first record without the stored windows", "err", err)
+			if err := g.state.clearWindows(); err != nil {
+				return fail(fmt.Errorf("clear stored windows: %w", err))
+			}
+		}
 	}
 	js := g.jlog.Stats()
 	from := uint64(1)
+	g.suppress = g.out.Stored()
 	if cp != nil {
 		if js.Next <= cp.seq {
 			// The journal is behind the checkpoint: it was removed or
@@ -181,37 +199,41 @@ func (g *Gateway) recover() error {
 				"checkpoint", cp.seq, "journal_next", js.Next)
 			cp.seq = js.Next - 1
 			g.suppress = bridge.Mark{}
-		} else {
-			g.suppress = g.out.Stored()
 		}
 		if err := g.agg.Restore(cp.agg); err != nil {
 			// Typically aggregate.window was changed: windows of the old
 			// size cannot continue.
-			g.log.Error("aggregator state in the checkpoint does not fit the configuration; its open windows are discarded",
+			g.log.Error("aggregator state in the checkpoint does not fit the configuration; its open and stored windows are discarded",
 				"err", err)
+			if err := g.state.clearWindows(); err != nil {
+				return fail(fmt.Errorf("clear stored windows: %w", err))
+			}
 		}
 		g.clock = time.Unix(0, cp.clock)
 		g.sessions, g.dup.rings = cp.sessions, cp.rings
 		g.applied, g.lastCP = cp.seq, cp.seq
 		from = cp.seq + 1
-	} else {
-		g.suppress = g.out.Stored()
 	}
+	g.agg.SetStore(g.state)
 	if js.First > from {
 		g.log.Error("ingest journal records missing before the replay start; their readings are lost",
 			"want_from", from, "journal_first", js.First)
 	}
 	n, err := g.replay(from)
 	if err != nil {
-		g.jlog.Close()
-		return err
+		return fail(err)
 	}
 	if n > 0 || cp != nil || js.Truncated > 0 {
 		g.log.Info("state recovered", "checkpoint", g.lastCP, "replayed_events", n, "outputs_already_stored", g.suppressed.Load(),
-			"journal_truncated_bytes", js.Truncated, "open_windows", g.agg.OpenWindows(), "retained_windows", g.agg.Retained(),
-			"sessions", len(g.sessions), "took", time.Since(start).Round(time.Millisecond))
+			"journal_truncated_bytes", js.Truncated, "open_windows", g.agg.OpenWindows(), "sessions", len(g.sessions),
+			"took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// closeFiles closes the journal and the state file.
+func (g *Gateway) closeFiles() error {
+	return errors.Join(g.jlog.Close(), g.state.Close())
 }
 
 // replay applies the durable journal records from sequence from on.
@@ -326,7 +348,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.server.Serve(); err != nil {
 		jcancel()
 		<-jdone
-		g.jlog.Close()
+		g.closeFiles()
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
 	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
@@ -354,13 +376,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 				g.server.Close()
 				jcancel()
 				<-jdone
-				g.jlog.Close()
+				g.closeFiles()
 				return err
 			}
 		case err := <-jdone:
 			g.log.Error("ingest journal failed; stopping (nothing more is acknowledged)", "err", err)
 			g.server.Close()
-			g.jlog.Close()
+			g.closeFiles()
 			return err
 		case <-ctx.Done():
 			g.server.Close()
@@ -369,14 +391,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			jcancel()
 			if err := <-jdone; err != nil {
-				g.jlog.Close()
+				g.closeFiles()
 				return err
 			}
 			g.mu.Lock()
 			open := g.agg.OpenWindows()
 			g.mu.Unlock()
 			err := g.checkpoint()
-			if cerr := g.jlog.Close(); err == nil {
+			if cerr := g.closeFiles(); err == nil {
 				err = cerr
 			}
 			g.log.Info("mqtt broker stopped; open windows closed", "windows", open)
@@ -397,43 +419,34 @@ func (g *Gateway) checkpointDue() bool {
 	return since >= g.cpSize.Load() || since >= maxReplayBytes
 }
 
-// checkpoint writes the state as of the latest applied event, after
-// making the outputs so far durable, then removes the journal segments no
-// longer needed. A checkpoint that cannot be written is logged and counted
-// (the journal keeps everything); only a failed Output sync is returned.
+// checkpoint makes the outputs so far durable, then writes the state as of
+// the latest applied event (and the closed windows changed since the last
+// checkpoint) in one transaction, then removes the journal segments no
+// longer needed. It holds the aggregator throughout, so that no window it
+// hands over can leave the RAM cache before it is on disk; acknowledgements
+// do not wait for it. An error is a failed disk: the process must stop.
 func (g *Gateway) checkpoint() error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.applied == g.lastCP {
-		g.mu.Unlock()
 		return nil
 	}
 	written := g.j.written.Load() // at least what was applied
-	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings}
-	data := c.encode()
-	g.mu.Unlock()
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	if err := queue.WriteFileAtomic(g.stateDir, checkpointName(c.seq), data); err != nil {
+	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings}
+	data := c.encode()
+	windows, deleted, err := g.state.commit(data, g.agg)
+	if err != nil {
 		g.cpFailures.Add(1)
-		g.log.Error("checkpoint not written; will retry", "err", err)
-		return nil
+		return fmt.Errorf("write checkpoint to %s: %w", g.state.path, err)
 	}
-	g.mu.Lock()
 	g.lastCP = c.seq
-	g.mu.Unlock()
 	g.cpWritten.Store(written)
-	g.cpSize.Store(int64(len(data)))
-	seqs, err := checkpoints(g.stateDir)
-	if err != nil || len(seqs) == 0 {
-		return nil
-	}
-	for _, s := range seqs[min(2, len(seqs)):] {
-		os.Remove(filepath.Join(g.stateDir, checkpointName(s)))
-	}
-	// Keep the journal after the older of the two checkpoints kept.
-	keep := seqs[min(1, len(seqs)-1)]
-	if err := g.jlog.DropBefore(keep + 1); err != nil {
+	g.cpSize.Store(int64(len(data) + 100*windows))
+	g.log.Debug("checkpoint written", "seq", c.seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
+	if err := g.jlog.DropBefore(c.seq + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
 	}
 	return nil

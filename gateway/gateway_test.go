@@ -680,3 +680,21 @@ func TestIdleGatewayWritesNothing(t *testing.T) {
 		t.Errorf("idle gateway journaled %d events", st.Journal.Applied)
 	}
 }
+
+// TestDataDirInUse: a second gateway on the same data directory is refused
+// with a clear error instead of corrupting the first one's state.
+func TestDataDirInUse(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	_, err = gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	if err == nil || !strings.Contains(err.Error(), "another edgegate") {
+		t.Errorf("second gateway on the same data_dir: %v", err)
+	}
+}

@@ -3,10 +3,14 @@ package gateway
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/aggregate"
 )
 
 func TestEventRoundTrip(t *testing.T) {
@@ -82,7 +86,7 @@ func TestDedupe(t *testing.T) {
 	}
 }
 
-func TestCheckpointRoundTripAndDamage(t *testing.T) {
+func TestCheckpointRoundTrip(t *testing.T) {
 	d := newDedupe(2, 10)
 	d.add([]byte("a"), 1, 11, 1)
 	d.add([]byte("a"), 2, 22, 2)
@@ -103,34 +107,83 @@ func TestCheckpointRoundTripAndDamage(t *testing.T) {
 		t.Error("re-encoding differs")
 	}
 
-	// Newest damaged: set aside, the older one is used.
-	dir := t.TempDir()
-	older := &checkpoint{seq: 7, sessions: map[string]session{}, rings: map[string]*ring{}}
-	os.WriteFile(filepath.Join(dir, checkpointName(7)), older.encode(), 0o600)
-	bad := append([]byte(nil), b...)
-	bad[len(bad)/2] ^= 1
-	os.WriteFile(filepath.Join(dir, checkpointName(42)), bad, 0o600)
-	var damaged []string
-	cp, err := loadCheckpoint(dir, func(name string, err error) { damaged = append(damaged, name) })
-	if err != nil || cp == nil || cp.seq != 7 {
-		t.Fatalf("loaded %+v, %v; want the checkpoint at 7", cp, err)
-	}
-	if len(damaged) != 1 || damaged[0] != checkpointName(42) {
-		t.Errorf("damaged = %v", damaged)
-	}
-	if _, err := os.Stat(filepath.Join(dir, checkpointName(42)+".damaged")); err != nil {
-		t.Errorf("damaged checkpoint not set aside: %v", err)
-	}
-	// A file whose name and content disagree is damaged too; none left
-	// means start from the journal alone.
-	os.WriteFile(filepath.Join(dir, checkpointName(8)), older.encode(), 0o600)
-	os.Remove(filepath.Join(dir, checkpointName(7)))
-	if cp, err := loadCheckpoint(dir, func(string, error) {}); err != nil || cp != nil {
-		t.Errorf("got %+v, %v; want none", cp, err)
-	}
 	for n := range len(b) {
 		if _, err := decodeCheckpoint(b[:n]); err == nil {
 			t.Fatalf("truncated checkpoint (%d of %d bytes) decoded", n, len(b))
 		}
+	}
+}
+
+// TestStateDB writes checkpoints with an aggregator whose closed windows
+// live in the state file, reads windows back, expires them, reopens the
+// file, and sets aside a file that is not a database.
+func TestStateDB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := openStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := aggregate.DefaultConfig()
+	cfg.MaxRetained = 1
+	cfg.AllowedLateness = 5 * time.Minute
+	var now time.Time
+	agg, err := aggregate.New(cfg, func() time.Time { return now }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.SetStore(db)
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for m := range 4 { // closes the windows of minutes 0, 1 and 2
+		now = t0.Add(time.Duration(m)*time.Minute + 10*time.Second)
+		agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: float64(m)})
+	}
+	written, deleted, err := db.commit([]byte("cp1"), agg)
+	if err != nil || written != 3 || deleted != 0 {
+		t.Fatalf("commit: %d written, %d deleted, %v; want 3, 0", written, deleted, err)
+	}
+	w, ok, err := db.Load("d", "t", t0.Add(time.Minute).UnixNano())
+	if err != nil || !ok || w.Count != 1 || w.Sum != 1 || w.Revision != 1 {
+		t.Fatalf("Load minute 1: %+v %v %v", w, ok, err)
+	}
+	// A late reading for minute 0 is read from the file (RAM holds 1).
+	now = t0.Add(3*time.Minute + 30*time.Second)
+	if o := agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: t0.Add(time.Second), Value: 10}); o != aggregate.Revised {
+		t.Fatalf("late reading: %v, want revised", o)
+	}
+	// At 7:30 (watermark 7:25) minutes 0 and 1 are beyond the lateness.
+	now = t0.Add(7*time.Minute + 30*time.Second)
+	agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: 9})
+	written, deleted, err = db.commit([]byte("cp2"), agg)
+	if err != nil || deleted != 2 {
+		t.Fatalf("second commit: %d written, %d deleted, %v; want minutes 0 and 1 deleted", written, deleted, err)
+	}
+	if _, ok, _ := db.Load("d", "t", t0.UnixNano()); ok {
+		t.Error("expired window still stored")
+	}
+	db.Close()
+
+	db, err = openStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := db.checkpoint(); err != nil || string(cp) != "cp2" {
+		t.Errorf("reopened: checkpoint %q, %v", cp, err)
+	}
+	if w, ok, _ := db.Load("d", "t", t0.Add(2*time.Minute).UnixNano()); !ok || w.Sum != 2 || w.Count != 1 {
+		t.Errorf("reopened: minute 2 = %+v, %v", w, ok)
+	}
+	db.Close()
+
+	os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600)
+	db, err = openStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("damaged state file: %v; want it set aside", err)
+	}
+	defer db.Close()
+	if cp, _ := db.checkpoint(); cp != nil {
+		t.Error("fresh state file has a checkpoint")
+	}
+	if m, _ := filepath.Glob(path + ".damaged-*"); len(m) != 1 {
+		t.Errorf("damaged file not set aside: %v", m)
 	}
 }

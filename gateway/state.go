@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 )
 
 // dedupe recognises a QoS 1/2 publication that a device sends again (DUP
@@ -108,24 +104,22 @@ func (d *dedupe) evict() {
 
 func (d *dedupe) drop(client []byte) { delete(d.rings, string(client)) }
 
-// A checkpoint is the gateway's whole state after the journal event at
-// sequence seq was applied, in <data_dir>/state/checkpoint-<seq>:
+// A checkpoint is the gateway's state after the journal event at sequence
+// seq was applied, stored in state.db (see statedb.go) with the closed
+// windows it refers to:
 //
 //	magic "EGCP", version 1
 //	uvarint seq, varint clock (Unix ns)
-//	uvarint length + the aggregator's snapshot
+//	uvarint length + the aggregator's snapshot (closed windows are in the
+//	  store, not here)
 //	uvarint count, then per session: client, proto (1 byte), uvarint
 //	  expiry, username, listener (strings as uvarint length + bytes)
 //	uvarint count, then per dedupe ring: client, uvarint used, uvarint n,
 //	  then n entries oldest first: uvarint pid, 8-byte hash
 //	CRC-32C of everything before it, 4 bytes little-endian
-//
-// The newest two are kept, and the journal from the older one's sequence
-// on, so that a damaged newest checkpoint costs a longer replay, not data.
 const (
 	checkpointMagic   = "EGCP"
 	checkpointVersion = 1
-	checkpointPrefix  = "checkpoint-"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -224,54 +218,4 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("%w: bad field", errCheckpoint)
 	}
 	return c, nil
-}
-
-// checkpoints lists the sequence numbers of the checkpoint files in dir,
-// newest first.
-func checkpoints(dir string) ([]uint64, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var seqs []uint64
-	for _, e := range ents {
-		if s, ok := strings.CutPrefix(e.Name(), checkpointPrefix); ok {
-			if n, err := strconv.ParseUint(s, 10, 64); err == nil {
-				seqs = append(seqs, n)
-			}
-		}
-	}
-	slices.Sort(seqs)
-	slices.Reverse(seqs)
-	return seqs, nil
-}
-
-func checkpointName(seq uint64) string { return fmt.Sprintf("%s%020d", checkpointPrefix, seq) }
-
-// loadCheckpoint returns the newest checkpoint in dir that reads back
-// whole, or nil if there is none. Damaged ones are renamed *.damaged and
-// reported through damaged, never an error: the journal still holds what
-// they summarised (see above).
-func loadCheckpoint(dir string, damaged func(name string, err error)) (*checkpoint, error) {
-	seqs, err := checkpoints(dir)
-	if err != nil {
-		return nil, fmt.Errorf("list checkpoints in %s: %w", dir, err)
-	}
-	for _, seq := range seqs {
-		name := checkpointName(seq)
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("read checkpoint: %w", err)
-		}
-		c, err := decodeCheckpoint(b)
-		if err == nil && c.seq == seq {
-			return c, nil
-		}
-		if err == nil {
-			err = fmt.Errorf("%w: holds sequence %d", errCheckpoint, c.seq)
-		}
-		damaged(name, err)
-		os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+".damaged"))
-	}
-	return nil, nil
 }

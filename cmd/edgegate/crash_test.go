@@ -79,7 +79,8 @@ func (g *crashGateway) stop() error {
 
 // TestCrashLoop publishes QoS 1 readings from paho devices with persistent
 // sessions while the gateway is killed with SIGKILL at random moments and
-// started again, 20 times (200 with -long). Each device publishes every
+// started again, 20 times (200 with -long). Only 2 closed windows are
+// cached in RAM, so late readings revise windows read from the state file. Each device publishes every
 // reading until it is acknowledged. At the end a read_committed consumer
 // must see, for every window, a highest revision whose statistics are those
 // of exactly the readings sent, and no summary twice.
@@ -100,7 +101,7 @@ func TestCrashLoop(t *testing.T) {
 mqtt: {listen: "%s", allow_anonymous: true}
 kafka: {brokers: ["%s"]}
 storage: {checkpoint_interval: 300ms}
-aggregate: {allowed_lateness: 3h}
+aggregate: {allowed_lateness: 3h, max_retained_windows: 2}
 log: {level: info}
 `, filepath.Join(dir, "data"), g.mqtt, brokers[0])), 0o600)
 	g.start()

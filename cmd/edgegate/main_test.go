@@ -49,9 +49,31 @@ func TestRunBadConfigIsOneLine(t *testing.T) {
 		t.Errorf("code %d stderr %q", code, errs)
 	}
 	missing := filepath.Join(dir, "users.yaml")
-	os.WriteFile(missing, []byte("mqtt:\n  users_file: "+filepath.Join(dir, "nope")+"\nkafka:\n  brokers: [k:9092]\n"), 0o600)
+	os.WriteFile(missing, []byte("gateway:\n  data_dir: "+dir+"\nmqtt:\n  users_file: "+filepath.Join(dir, "nope")+"\nkafka:\n  brokers: [k:9092]\n"), 0o600)
 	if code, _, errs := run(t, "run", "--config", missing); code != 1 || !strings.Contains(errs, "mqtt.users_file: open ") {
 		t.Errorf("missing users file: code %d stderr %q", code, errs)
+	}
+}
+
+// TestDataDirInUse: a second gateway on a data_dir that one is using stops
+// at once with a one-line reason, before touching the directory's files.
+func TestDataDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	cfg := filepath.Join(dir, "edgegate.yaml")
+	os.WriteFile(cfg, []byte("gateway: {data_dir: "+dir+"}\nmqtt: {listen: \"127.0.0.1:0\", allow_anonymous: true}\nkafka: {brokers: [\"127.0.0.1:9\"]}\nhttp: {listen: \"\"}\n"), 0o600)
+	code, _, errs := run(t, "run", "--config", cfg)
+	want := "edgegate: gateway.data_dir " + dir + " is in use by another edgegate (pid " + strconv.Itoa(os.Getpid()) + ")"
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if code != 1 || !strings.HasPrefix(lines[len(lines)-1], want) {
+		t.Errorf("code %d stderr %q, want 1 and a last line %q...", code, errs, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "outbound")); err == nil {
+		t.Error("the refused gateway created the outbound queue")
 	}
 }
 

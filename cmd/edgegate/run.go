@@ -10,7 +10,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/edgegate/edgegate/bridge"
@@ -68,12 +71,39 @@ type pipeline struct {
 	gw   *gateway.Gateway
 	fwd  *bridge.Forwarder
 	http net.Listener
+	lock *os.File // held while the pipeline runs: one gateway per data_dir
+}
+
+// lockDataDir takes an exclusive lock on <dir>/lock, so that a second
+// gateway started on the same directory stops before it recovers (and
+// truncates) files the first is writing.
+func lockDataDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("gateway.data_dir %s is in use by another edgegate (pid %s); stop it or use another directory", dir, strings.TrimSpace(string(b)))
+	}
+	f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	return f, nil
 }
 
 func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
 	policy := bridge.Backpressure
 	if cfg.Storage.FullPolicy == "drop_oldest" {
 		policy = bridge.DropOldest
+	}
+	lock, err := lockDataDir(cfg.Gateway.DataDir)
+	if err != nil {
+		return nil, err
 	}
 	fwd, err := bridge.NewForwarder(bridge.Options{
 		Gateway:         cfg.Gateway.ID,
@@ -85,13 +115,15 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		Logger:          log.With("component", "bridge"),
 	}, connect)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	gw, err := gateway.New(cfg, fwd, log, now)
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock}
 	if cfg.HTTP.Listen != "" {
 		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
@@ -104,6 +136,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 // stops accepting and closes its open windows, then the forwarder gets its
 // grace period to deliver them, then the HTTP endpoint stops.
 func (p *pipeline) run(ctx context.Context) error {
+	defer p.lock.Close() // releases the data_dir lock
 	fctx, fcancel := context.WithCancel(context.Background())
 	defer fcancel()
 	fwdDone := make(chan error, 1)

@@ -1,0 +1,208 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/edgegate/edgegate/aggregate"
+)
+
+// stateDB is the gateway's state on disk, <data_dir>/state/state.db (a
+// bbolt B+tree file): the latest checkpoint and the closed windows kept
+// for late revisions. Both change in one transaction per checkpoint, so
+// they always describe the same moment of the journal. Between
+// checkpoints nothing is written; the aggregator reads windows it does not
+// hold in RAM (Load).
+type stateDB struct {
+	db   *bolt.DB
+	path string
+}
+
+var (
+	bucketMeta    = []byte("meta")
+	bucketWindows = []byte("windows")
+	keyCheckpoint = []byte("checkpoint")
+)
+
+// openStateDB opens (or creates) the state file. A file bbolt cannot open
+// as a database is set aside (renamed *.damaged) and a new one started:
+// the gateway never refuses to start because of its own files.
+func openStateDB(path string, log *slog.Logger) (*stateDB, error) {
+	opts := &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType, NoFreelistSync: true}
+	db, err := bolt.Open(path, 0o640, opts)
+	if err != nil && !errors.Is(err, berrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) {
+		aside := fmt.Sprintf("%s.damaged-%d", path, time.Now().Unix())
+		log.Error("state file unreadable; set aside, starting from the journal alone", "file", path, "moved_to", aside, "err", err)
+		if rerr := os.Rename(path, aside); rerr == nil {
+			db, err = bolt.Open(path, 0o640, opts)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("open state %s: locked by another process (is another edgegate running on this data_dir?)", path)
+		}
+		return nil, fmt.Errorf("open state %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketWindows} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init state %s: %w", path, err)
+	}
+	return &stateDB{db: db, path: path}, nil
+}
+
+func (s *stateDB) Close() error { return s.db.Close() }
+
+// checkpoint returns the stored checkpoint, nil if there is none.
+func (s *stateDB) checkpoint() ([]byte, error) {
+	var b []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketMeta).Get(keyCheckpoint); v != nil {
+			b = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	return b, err
+}
+
+// clearWindows deletes every stored window (they no longer match the
+// checkpoint being used).
+func (s *stateDB) clearWindows() error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketWindows); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucket(bucketWindows)
+		return err
+	})
+}
+
+// commit writes a checkpoint with the aggregator's changed windows and
+// deletes the windows past their horizon, in one transaction (fsynced).
+func (s *stateDB) commit(cp []byte, agg *aggregate.Aggregator) (written, deleted int, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketWindows)
+		var perr error
+		agg.TakeDirty(func(dev, metric string, w aggregate.WindowState) {
+			// bbolt keeps key and value until the commit: no reuse.
+			if err := b.Put(windowKey(nil, dev, metric, w.Start), appendWindowState(nil, w)); err != nil && perr == nil {
+				perr = err
+			}
+			written++
+		})
+		if perr != nil {
+			return perr
+		}
+		// Keys are collected first: a bbolt cursor skips an entry when
+		// Next follows Delete.
+		c := b.Cursor()
+		var expired [][]byte
+		agg.Horizons(func(dev, metric string, before int64) {
+			prefix := windowKey(nil, dev, metric, math.MinInt64)
+			prefix = prefix[:len(prefix)-8]
+			for k, _ := c.Seek(prefix); k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
+				if startOf(k) >= before {
+					break
+				}
+				expired = append(expired, append([]byte(nil), k...))
+			}
+		})
+		for _, k := range expired {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		deleted = len(expired)
+		return tx.Bucket(bucketMeta).Put(keyCheckpoint, cp)
+	})
+	return written, deleted, err
+}
+
+// Load implements aggregate.Store. A panic from a damaged page is turned
+// into an error (the reading is then counted as late_state_evicted).
+func (s *stateDB) Load(dev, metric string, start int64) (w aggregate.WindowState, found bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("read state %s: %v", s.path, r)
+		}
+	}()
+	key := windowKey(nil, dev, metric, start)
+	err = s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketWindows).Get(key)
+		if v == nil {
+			return nil
+		}
+		var derr error
+		w, derr = decodeWindowState(v)
+		found = derr == nil
+		return derr
+	})
+	return w, found, err
+}
+
+// windowKey is device and metric (uvarint length + bytes each) and the
+// window start as 8 bytes that sort like the signed number: one series'
+// windows are adjacent and in time order.
+func windowKey(b []byte, dev, metric string, start int64) []byte {
+	b = appendString(b, dev)
+	b = appendString(b, metric)
+	return binary.BigEndian.AppendUint64(b, uint64(start)^(1<<63))
+}
+
+func startOf(key []byte) int64 {
+	return int64(binary.BigEndian.Uint64(key[len(key)-8:]) ^ (1 << 63))
+}
+
+func appendWindowState(b []byte, w aggregate.WindowState) []byte {
+	b = append(b, 1) // version
+	b = binary.AppendVarint(b, w.Start)
+	b = binary.AppendVarint(b, w.Count)
+	for _, f := range [...]float64{w.Min, w.Max, w.Sum, w.Mean, w.M2, w.First, w.Last} {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
+	}
+	b = binary.AppendVarint(b, w.FirstT)
+	b = binary.AppendVarint(b, w.LastT)
+	b = binary.AppendVarint(b, w.Late)
+	b = binary.AppendVarint(b, int64(w.Revision))
+	return appendString(b, w.Unit)
+}
+
+var errWindowState = errors.New("undecodable stored window")
+
+func decodeWindowState(v []byte) (aggregate.WindowState, error) {
+	r := reader{b: v, ok: true}
+	var w aggregate.WindowState
+	if r.byte() != 1 {
+		return w, errWindowState
+	}
+	w.Start, w.Count = r.varint(), r.varint()
+	for _, f := range [...]*float64{&w.Min, &w.Max, &w.Sum, &w.Mean, &w.M2, &w.First, &w.Last} {
+		if len(r.b) < 8 {
+			return w, errWindowState
+		}
+		*f = math.Float64frombits(binary.LittleEndian.Uint64(r.b))
+		r.b = r.b[8:]
+	}
+	w.FirstT, w.LastT, w.Late = r.varint(), r.varint(), r.varint()
+	w.Revision = int(r.varint())
+	w.Unit = string(r.bytes())
+	if !r.ok || len(r.b) != 0 {
+		return w, errWindowState
+	}
+	return w, nil
+}
