@@ -83,7 +83,7 @@ type Options struct {
 	Dir              string        // directory of the outbound queue
 	MaxBytes         int64         // quota of the outbound queue; default 1 GiB
 	Policy           FullPolicy    // what to do when the quota is reached
-	BatchSize        int           // records per Send (one transaction); default 5000
+	BatchSize        int           // records per Send (one transaction); default 10000 (about 4 MiB of summaries)
 	PositionInterval time.Duration // how often the delivered position is written locally; default 500ms
 	SyncInterval     time.Duration // how often appended records are made durable and sent; default 50ms
 	MinBackoff       time.Duration // first reconnect delay; default 100ms
@@ -132,7 +132,7 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		opts.MaxBytes = 1 << 30
 	}
 	if opts.BatchSize <= 0 {
-		opts.BatchSize = 5000
+		opts.BatchSize = 10000
 	}
 	if opts.PositionInterval <= 0 {
 		opts.PositionInterval = 500 * time.Millisecond
