@@ -55,7 +55,7 @@ cross:
 	@ls -l $(DIST)/edgegate-linux-* | awk '{printf "%-32s %6.1f MiB\n", $$9, $$5/1048576}'
 
 e2e:
-	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure' -v ./cmd/edgegate
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long

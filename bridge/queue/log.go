@@ -240,7 +240,7 @@ func (l *Log) Append(records ...[]byte) (uint64, error) {
 			return nil
 		}
 		if _, err := l.active.Write(buf); err != nil {
-			l.failed = fmt.Errorf("write segment %s: %w", l.segs[len(l.segs)-1].path, err)
+			l.failed = fmt.Errorf("append: %w", err) // err names the file
 			return l.failed
 		}
 		l.segs[len(l.segs)-1].size += int64(len(buf))
@@ -296,7 +296,7 @@ func (l *Log) Sync() error {
 	var err error
 	for i, f := range files {
 		if e := f.Sync(); e != nil && err == nil {
-			err = fmt.Errorf("fsync %s: %w", f.Name(), e)
+			err = fmt.Errorf("fsync: %w", e) // e names the file
 		}
 		if i < len(files)-1 {
 			f.Close() // sealed

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +41,9 @@ type crashGateway struct {
 	logs    string
 	cmd     *exec.Cmd
 	started int
+	// limit, when set, is the file size limit (ulimit -f, 512-byte
+	// blocks) the next start runs under.
+	limit int
 }
 
 func (g *crashGateway) start() {
@@ -49,6 +54,9 @@ func (g *crashGateway) start() {
 		g.t.Fatal(err)
 	}
 	g.cmd = exec.Command(g.bin, "run", "--config", g.cfg)
+	if g.limit > 0 {
+		g.cmd = exec.Command("sh", "-c", fmt.Sprintf(`ulimit -f %d && exec "$0" run --config "$1"`, g.limit), g.bin, g.cfg)
+	}
 	g.cmd.Stderr = logf
 	if err := g.cmd.Start(); err != nil {
 		g.t.Fatal(err)
@@ -70,6 +78,11 @@ func (g *crashGateway) start() {
 func (g *crashGateway) kill() {
 	g.cmd.Process.Signal(syscall.SIGKILL)
 	g.cmd.Wait()
+}
+
+func (g *crashGateway) log() string {
+	b, _ := os.ReadFile(filepath.Join(g.logs, fmt.Sprintf("run-%03d.log", g.started)))
+	return string(b)
 }
 
 func (g *crashGateway) stop() error {
@@ -132,57 +145,11 @@ log: {level: info}
 		return t
 	}
 	value := func(d, i int) float64 { return float64((d*7919+i*31)%200) / 2 }
-	u, _ := url.Parse("mqtt://" + g.mqtt)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stopPublishing atomic.Bool
-	acked := make([]atomic.Int64, devices) // readings acknowledged per device: readings 0..n-1 are all acked at the end
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	next := make([]atomic.Int64, devices)
-	for d := range devices {
-		cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
-			ServerUrls:                    []*url.URL{u},
-			KeepAlive:                     30,
-			CleanStartOnInitialConnection: true,
-			SessionExpiryInterval:         3600,
-			ReconnectBackoff:              autopaho.NewConstantBackoff(50 * time.Millisecond),
-			ConnectTimeout:                2 * time.Second,
-			ClientConfig:                  paho.ClientConfig{ClientID: fmt.Sprintf("crash-dev-%d", d), PacketTimeout: 10 * time.Minute},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cm.Disconnect(context.Background())
-		for range inflight {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for !stopPublishing.Load() {
-					i := int(next[d].Add(1) - 1)
-					payload := fmt.Sprintf(`{"v":%g,"t":%d}`, value(d, i), stamp(i).UnixMilli())
-					for {
-						// A publication that failed was not journaled (its
-						// session did not survive, so nothing of it did):
-						// publish it again until it is acknowledged.
-						if err := cm.AwaitConnection(ctx); err != nil {
-							return
-						}
-						_, err := cm.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/crash-dev-%d/temp", d), QoS: 1, Payload: []byte(payload)})
-						if err == nil {
-							break
-						}
-						errs.Add(1)
-						if ctx.Err() != nil {
-							return
-						}
-						time.Sleep(20 * time.Millisecond)
-					}
-					acked[d].Add(1)
-				}
-			}()
-		}
-	}
+	fl := startFleet(t, ctx, g.mqtt, "crash-dev", devices, inflight, func(d, i int) string {
+		return fmt.Sprintf(`{"v":%g,"t":%d}`, value(d, i), stamp(i).UnixMilli())
+	})
 
 	for c := range cycles {
 		time.Sleep(time.Duration(200+rand.IntN(1300)) * time.Millisecond)
@@ -193,14 +160,7 @@ log: {level: info}
 		}
 		g.start()
 	}
-	stopPublishing.Store(true)
-	waitDone := make(chan struct{})
-	go func() { wg.Wait(); close(waitDone) }()
-	select {
-	case <-waitDone:
-	case <-time.After(60 * time.Second):
-		t.Fatal("publications still unacknowledged 60 s after the last restart")
-	}
+	fl.finish(t)
 	if err := g.stop(); err != nil { // SIGTERM closes every open window
 		t.Fatalf("final stop: %v", err)
 	}
@@ -215,10 +175,7 @@ log: {level: info}
 	firstAt, lastAt := map[key]time.Time{}, map[key]time.Time{}
 	total := 0
 	for d := range devices {
-		n := int(acked[d].Load())
-		if n != int(next[d].Load()) {
-			t.Fatalf("device %d: %d readings begun, %d acknowledged", d, next[d].Load(), n)
-		}
+		n := int(fl.acked[d].Load())
 		total += n
 		for i := range n {
 			at := stamp(i)
@@ -241,7 +198,7 @@ log: {level: info}
 			want[k] = s
 		}
 	}
-	t.Logf("%d kill cycles, %d readings from %d devices in %d windows; %d publish errors retried", cycles, total, devices, len(want), errs.Load())
+	t.Logf("%d kill cycles, %d readings from %d devices in %d windows; %d publish errors retried", cycles, total, devices, len(want), fl.errs.Load())
 
 	// Read until every window's count is complete, or a timeout.
 	got := map[key]aggregate.Summary{}
@@ -297,5 +254,171 @@ log: {level: info}
 	}
 	if err := g.stop(); err != nil {
 		t.Errorf("last stop: %v", err)
+	}
+}
+
+// fleet is paho devices with persistent sessions publishing QoS 1
+// readings, each device from several goroutines, every reading until it is
+// acknowledged. Device d's readings are numbered from 0; payload makes them.
+type fleet struct {
+	next, acked []atomic.Int64 // per device: readings begun, acknowledged
+	errs        atomic.Int64   // publish attempts that failed (and were retried)
+	stop        atomic.Bool
+	wg          sync.WaitGroup
+}
+
+func startFleet(t *testing.T, ctx context.Context, addr, prefix string, devices, inflight int, payload func(d, i int) string) *fleet {
+	t.Helper()
+	u, _ := url.Parse("mqtt://" + addr)
+	f := &fleet{next: make([]atomic.Int64, devices), acked: make([]atomic.Int64, devices)}
+	for d := range devices {
+		cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
+			ServerUrls:                    []*url.URL{u},
+			KeepAlive:                     30,
+			CleanStartOnInitialConnection: true,
+			SessionExpiryInterval:         3600,
+			ReconnectBackoff:              autopaho.NewConstantBackoff(50 * time.Millisecond),
+			ConnectTimeout:                2 * time.Second,
+			ClientConfig:                  paho.ClientConfig{ClientID: fmt.Sprintf("%s-%d", prefix, d), PacketTimeout: 10 * time.Minute},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cm.Disconnect(context.Background()) })
+		for range inflight {
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				for !f.stop.Load() {
+					i := int(f.next[d].Add(1) - 1)
+					body := []byte(payload(d, i))
+					for {
+						// A publication that failed was not journaled (its
+						// session did not survive, so nothing of it did):
+						// publish it again until it is acknowledged.
+						if err := cm.AwaitConnection(ctx); err != nil {
+							return
+						}
+						_, err := cm.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/%s-%d/temp", prefix, d), QoS: 1, Payload: body})
+						if err == nil {
+							break
+						}
+						f.errs.Add(1)
+						if ctx.Err() != nil {
+							return
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+					f.acked[d].Add(1)
+				}
+			}()
+		}
+	}
+	return f
+}
+
+// finish stops new readings and waits until every reading begun is
+// acknowledged.
+func (f *fleet) finish(t *testing.T) {
+	t.Helper()
+	f.stop.Store(true)
+	done := make(chan struct{})
+	go func() { f.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("publications still unacknowledged after 60 s")
+	}
+	for d := range f.next {
+		if b, a := f.next[d].Load(), f.acked[d].Load(); a != b {
+			t.Fatalf("device %d: %d readings begun, %d acknowledged", d, b, a)
+		}
+	}
+}
+
+// TestJournalWriteFailureStops runs the gateway under a file size limit,
+// so that a journal write fails (EFBIG) while devices publish QoS 1
+// readings. The gateway must stop at once with a clear error, never
+// acknowledging what it could not write; restarted without the limit it
+// recovers, devices resend what was not acknowledged, and Kafka ends up
+// with every reading exactly once.
+func TestJournalWriteFailureStops(t *testing.T) {
+	dir := t.TempDir()
+	bin := build(t, dir, ".", "edgegate", runtime.GOARCH, "")
+	_, brokers := kafkatest.Start(t, 3, "edge.summaries", "edge.deadletter", "edge.offsets")
+	logs := t.TempDir()
+	g := &crashGateway{t: t, bin: bin, cfg: filepath.Join(dir, "edgegate.yaml"), mqtt: kafkatest.Addr(kafkatest.FreePort(t)), logs: logs,
+		limit: 1024} // 512 KiB: the journal's segment reaches it after some 8,000 readings
+	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: efbig-gw, data_dir: %s}
+mqtt: {listen: "%s", allow_anonymous: true}
+kafka: {brokers: ["%s"]}
+http: {listen: ""}
+`, filepath.Join(dir, "data"), g.mqtt, brokers[0])), 0o600)
+	g.start()
+	defer func() {
+		if g.cmd.ProcessState == nil {
+			g.kill()
+		}
+	}()
+	base := time.Now().UTC().Truncate(time.Minute).Add(-30 * time.Minute)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fl := startFleet(t, ctx, g.mqtt, "efbig-dev", 3, 4, func(d, i int) string {
+		return fmt.Sprintf(`{"v":%d,"t":%d}`, i%10, base.Add(time.Duration(i)*10*time.Millisecond).UnixMilli())
+	})
+
+	exited := make(chan error, 1)
+	go func() { exited <- g.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("gateway exit: %v, want exit code 1\n%s", err, g.log())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("gateway still running after 60 s under a 512 KiB file size limit")
+	}
+	last := g.log()
+	if !strings.Contains(last, "edgegate: ingest journal: append: write ") || !strings.Contains(last, "file too large") {
+		t.Errorf("the reason is not in the last line:\n%s", last)
+	}
+	acked := int64(0)
+	for d := range fl.acked {
+		acked += fl.acked[d].Load()
+	}
+	t.Logf("journal write failed after %d readings were acknowledged; the gateway said:\n%s", acked, last[strings.LastIndex(strings.TrimSpace(last), "\n")+1:])
+
+	g.limit = 0
+	g.start()
+	time.Sleep(time.Second) // devices resend and go on
+	fl.finish(t)
+	if err := g.stop(); err != nil {
+		t.Fatalf("stop: %v\n%s", err, g.log())
+	}
+	g.start() // delivers what the shutdown's grace period left
+	defer g.stop()
+	var want int64
+	for d := range fl.acked {
+		want += fl.acked[d].Load()
+	}
+	var got int64
+	for deadline := time.Now().Add(30 * time.Second); got != want && time.Now().Before(deadline); {
+		msgs, _ := kafkatest.ConsumeN(brokers, "edge.summaries", 1<<30, 2*time.Second)
+		latest := map[string]aggregate.Summary{}
+		for _, m := range msgs {
+			var s aggregate.Summary
+			json.Unmarshal(m.Value, &s)
+			k := s.Device + s.WindowStart.String()
+			if cur, ok := latest[k]; !ok || s.Revision > cur.Revision {
+				latest[k] = s
+			}
+		}
+		got = 0
+		for _, s := range latest {
+			got += s.Count
+		}
+	}
+	if got != want {
+		t.Errorf("Kafka counts %d readings, %d were acknowledged (each once)", got, want)
 	}
 }
