@@ -72,6 +72,7 @@ type Gateway struct {
 	suppress bridge.Mark // outputs up to this mark are already stored (replay)
 	applied  uint64      // journal sequence of the latest event applied
 	sessions map[string]session
+	awaitRel pidSets // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
 	dup      *dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
@@ -101,7 +102,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec, sessions: map[string]session{},
+	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec, sessions: map[string]session{}, awaitRel: pidSets{},
 		dup: newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
 	g.logLimiter.every = 10 * time.Second
 	g.ing.g = g
@@ -210,7 +211,7 @@ func (g *Gateway) recover() error {
 			}
 		}
 		g.clock = time.Unix(0, cp.clock)
-		g.sessions, g.dup.rings = cp.sessions, cp.rings
+		g.sessions, g.dup.rings, g.awaitRel = cp.sessions, cp.rings, cp.awaitRel
 		g.applied, g.lastCP = cp.seq, cp.seq
 		from = cp.seq + 1
 	}
@@ -293,6 +294,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 			}
 			g.dup.add(e.client, e.pid, h, seq)
 		}
+		if e.flags&flagQoSMask == 2 {
+			g.awaitRel.add(string(e.client), e.pid)
+		}
 		g.ingestLocked(unsafe.String(unsafe.SliceData(e.topic), len(e.topic)),
 			unsafe.String(unsafe.SliceData(e.client), len(e.client)), e.payload, g.clock)
 	case evTick:
@@ -304,6 +308,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 	case evSessionEnd:
 		g.dup.drop(e.client)
 		delete(g.sessions, string(e.client))
+		delete(g.awaitRel, string(e.client))
+	case evPubrel:
+		g.awaitRel.remove(string(e.client), e.pid)
 	}
 }
 
@@ -435,7 +442,7 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings}
+	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel}
 	data := c.encode()
 	windows, deleted, err := g.state.commit(data, g.agg)
 	if err != nil {

@@ -572,6 +572,35 @@ func settled(t *testing.T, gw *gateway.Gateway, ok func(gateway.Stats) bool) gat
 	}
 }
 
+// send writes a packet.
+func (c *rawClient) send(cp *packets.ControlPacket) {
+	c.t.Helper()
+	if _, err := cp.WriteTo(c.conn); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// expect reads the next packet and requires its type and packet id; it
+// returns the reason code.
+func (c *rawClient) expect(typ byte, pid uint16) byte {
+	c.t.Helper()
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := packets.ReadPacket(c.conn)
+	if err != nil {
+		c.t.Fatalf("waiting for %s %d: %v", packets.NewControlPacket(typ).PacketType(), pid, err)
+	}
+	if resp.Type != typ || resp.PacketID() != pid {
+		c.t.Fatalf("got %v, want %s %d", resp, packets.NewControlPacket(typ).PacketType(), pid)
+	}
+	switch p := resp.Content.(type) {
+	case *packets.Pubrec:
+		return p.ReasonCode
+	case *packets.Pubcomp:
+		return p.ReasonCode
+	}
+	return 0
+}
+
 // publish sends a QoS 1 publication and returns the PUBACK's reason code.
 func (c *rawClient) publish(pid uint16, dup bool, topic, payload string) byte {
 	c.t.Helper()
@@ -696,5 +725,63 @@ func TestDataDirInUse(t *testing.T) {
 	_, err = gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
 	if err == nil || !strings.Contains(err.Error(), "another edgegate") {
 		t.Errorf("second gateway on the same data_dir: %v", err)
+	}
+}
+
+// TestQoS2AcrossRestart: a QoS 2 publication whose PUBREC was sent before
+// a restart is completed after it: the gateway resends the PUBREC when the
+// session resumes and answers the PUBREL with PUBCOMP (success, not
+// "packet identifier not found"); the reading counts once.
+func TestQoS2AcrossRestart(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	start := func() (*gateway.Gateway, func()) {
+		gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- gw.Run(ctx) }()
+		return gw, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("gateway: %v", err)
+			}
+		}
+	}
+	gw, stop := start()
+	c, _ := rawConnect(t, gw.Addr(), "dev-q2", true)
+	pub := packets.NewControlPacket(packets.PUBLISH)
+	pub.Content = &packets.Publish{QoS: 2, PacketID: 5, Topic: "sensors/dev-q2/t", Payload: []byte("7"), Properties: &packets.Properties{}}
+	c.send(pub)
+	if rc := c.expect(packets.PUBREC, 5); rc != 0 {
+		t.Fatalf("PUBREC reason %#x", rc)
+	}
+	c.conn.Close() // the PUBREL never left: the gateway goes down first
+	stop()
+
+	gw, stop = start()
+	defer stop()
+	c, present := rawConnect(t, gw.Addr(), "dev-q2", false)
+	if !present {
+		t.Fatal("session not present after the restart")
+	}
+	if rc := c.expect(packets.PUBREC, 5); rc != 0 { // resent on resume
+		t.Fatalf("resent PUBREC reason %#x", rc)
+	}
+	rel := packets.NewControlPacket(packets.PUBREL)
+	rel.Content = &packets.Pubrel{PacketID: 5, Properties: &packets.Properties{}}
+	c.send(rel)
+	if rc := c.expect(packets.PUBCOMP, 5); rc != 0 {
+		t.Errorf("PUBCOMP reason %#x, want success", rc)
+	}
+	// Done: a later PUBREL for it is unknown, and the reading counted once.
+	c.send(rel)
+	if rc := c.expect(packets.PUBCOMP, 5); rc != 0x92 {
+		t.Errorf("second PUBREL: PUBCOMP reason %#x, want 0x92 (not found)", rc)
+	}
+	st := gw.Stats()
+	if n := st.Outcomes["aggregated"] + st.Outcomes["late_revised"]; n != 1 {
+		t.Errorf("counted %d readings, want 1", n)
 	}
 }

@@ -29,7 +29,8 @@ func (h *hook) ID() string { return "edgegate" }
 
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
-		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients}, []byte{b})
+		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages}, []byte{b})
 }
 
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
@@ -149,6 +150,38 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 // OnClientExpired journals the end of a session that outlived its
 // connection and has now expired.
 func (h *hook) OnClientExpired(cl *mqtt.Client) { h.g.j.sessionEnd(cl.ID) }
+
+// OnQosComplete journals the end of a QoS 2 exchange a client began (its
+// PUBREL was answered). Completions of the broker's own deliveries are
+// not state.
+func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
+		h.g.j.pubrel(cl.ID, pk.PacketID)
+	}
+}
+
+// OnQosDropped: a PUBREL with an error reason ends the exchange too.
+func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
+		h.g.j.pubrel(cl.ID, pk.PacketID)
+	}
+}
+
+// StoredInflightMessages gives mochi, as it starts, the QoS 2 exchanges
+// awaiting PUBREL, as in-flight PUBRECs: it resends them when the client
+// resumes its session, and answers its PUBREL with PUBCOMP.
+func (h *hook) StoredInflightMessages() ([]storage.Message, error) {
+	h.g.mu.Lock()
+	defer h.g.mu.Unlock()
+	var v []storage.Message
+	for id, pids := range h.g.awaitRel {
+		for pid := range pids {
+			v = append(v, storage.Message{T: storage.InflightKey, ID: fmt.Sprintf("if_%s_%d", id, pid), Client: id, Origin: id,
+				PacketID: pid, FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, Created: h.g.now().Unix()})
+		}
+	}
+	return v, nil
+}
 
 // StoredClients gives mochi, as it starts, the persistent sessions the
 // journal holds.

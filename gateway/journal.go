@@ -27,6 +27,7 @@ const (
 	evFlush        byte = 'F'
 	evSessionStart byte = 'S'
 	evSessionEnd   byte = 'E'
+	evPubrel       byte = 'R'
 )
 
 // Publication flags in a publish event.
@@ -91,6 +92,12 @@ func appendSessionStart(b []byte, at int64, client string, s session) []byte {
 func appendSessionEnd(b []byte, at int64, client string) []byte {
 	b = appendClock(b, evSessionEnd, at)
 	return appendString(b, client)
+}
+
+func appendPubrel(b []byte, at int64, client string, pid uint16) []byte {
+	b = appendClock(b, evPubrel, at)
+	b = appendString(b, client)
+	return binary.AppendUvarint(b, uint64(pid))
 }
 
 // reader decodes the fields of one record.
@@ -169,6 +176,13 @@ func decodeEvent(rec []byte) (event, error) {
 		e.sess.listener = string(r.bytes())
 	case evSessionEnd:
 		e.client = r.bytes()
+	case evPubrel:
+		e.client = r.bytes()
+		pid := r.uvarint()
+		if pid > 0xffff {
+			r.ok = false
+		}
+		e.pid = uint16(pid)
 	default:
 		r.ok = false
 	}
@@ -299,6 +313,17 @@ func (j *journal) sessionEnd(client string) error {
 		return err
 	}
 	b.buf = appendSessionEnd(b.buf, at, client)
+	j.end(b)
+	return nil
+}
+
+// pubrel journals that a QoS 2 exchange the client began is complete.
+func (j *journal) pubrel(client string, pid uint16) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendPubrel(b.buf, at, client, pid)
 	j.end(b)
 	return nil
 }

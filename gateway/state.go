@@ -116,6 +116,8 @@ func (d *dedupe) drop(client []byte) { delete(d.rings, string(client)) }
 //	  expiry, username, listener (strings as uvarint length + bytes)
 //	uvarint count, then per dedupe ring: client, uvarint used, uvarint n,
 //	  then n entries oldest first: uvarint pid, 8-byte hash
+//	uvarint count, then per client with QoS 2 exchanges awaiting PUBREL:
+//	  client, uvarint n, then n uvarint packet ids
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
@@ -124,13 +126,34 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// checkpoint is a decoded checkpoint file.
+// pidSets holds, per client, packet ids of QoS 2 publications that were
+// received and acknowledged with PUBREC, and whose PUBREL has not come.
+// mochi gets them back at start (as in-flight PUBRECs), so a client that
+// sends PUBREL after a restart gets PUBCOMP, not "packet id not found".
+type pidSets map[string]map[uint16]bool
+
+func (p pidSets) add(client string, pid uint16) {
+	if p[client] == nil {
+		p[client] = map[uint16]bool{}
+	}
+	p[client][pid] = true
+}
+
+func (p pidSets) remove(client string, pid uint16) {
+	delete(p[client], pid)
+	if len(p[client]) == 0 {
+		delete(p, client)
+	}
+}
+
+// checkpoint is a decoded checkpoint.
 type checkpoint struct {
 	seq      uint64
 	clock    int64
 	agg      []byte
 	sessions map[string]session
 	rings    map[string]*ring
+	awaitRel pidSets
 }
 
 func (c *checkpoint) encode() []byte {
@@ -162,6 +185,16 @@ func (c *checkpoint) encode() []byte {
 			b = binary.LittleEndian.AppendUint64(b, e.hash)
 		}
 	}
+	clients = slices.Sorted(maps.Keys(c.awaitRel))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		b = appendString(b, id)
+		pids := slices.Sorted(maps.Keys(c.awaitRel[id]))
+		b = binary.AppendUvarint(b, uint64(len(pids)))
+		for _, pid := range pids {
+			b = binary.AppendUvarint(b, uint64(pid))
+		}
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -179,7 +212,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
 	r := reader{b: body[5:], ok: true}
-	c := &checkpoint{sessions: map[string]session{}, rings: map[string]*ring{}}
+	c := &checkpoint{sessions: map[string]session{}, rings: map[string]*ring{}, awaitRel: pidSets{}}
 	c.seq = r.uvarint()
 	c.clock = r.varint()
 	c.agg = r.bytes()
@@ -213,6 +246,14 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 			r.b = r.b[8:]
 		}
 		c.rings[id] = rg
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		m := r.uvarint()
+		for j := uint64(0); r.ok && j < m; j++ {
+			c.awaitRel.add(id, uint16(r.uvarint()))
+		}
 	}
 	if !r.ok || len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: bad field", errCheckpoint)
