@@ -93,6 +93,12 @@ type Storage struct {
 	// retained windows, sessions) is written to <data_dir>/state, so that
 	// a restart replays at most this much of the ingest journal.
 	CheckpointInterval Duration `yaml:"checkpoint_interval"`
+	// FsyncInterval is the shortest time between two fsyncs of the ingest
+	// journal: readings arriving meanwhile share the next one. It bounds
+	// the writes to the card (each fsync costs at least a block and a
+	// filesystem journal commit) at the price of up to this much PUBACK
+	// latency.
+	FsyncInterval Duration `yaml:"fsync_interval"`
 }
 
 // ByteSize is a size in bytes, written as a number or with a unit: 512MiB,
@@ -202,7 +208,7 @@ func Default() Config {
 			ExactlyOnce:     true,
 			OffsetsTopic:    "edge.offsets",
 		},
-		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second)},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
@@ -474,6 +480,9 @@ func (c *Config) Validate() error {
 	case "backpressure", "drop_oldest":
 	default:
 		add("storage.full_policy", "%q is not a policy; use backpressure (devices keep their readings) or drop_oldest", c.Storage.FullPolicy)
+	}
+	if d := c.Storage.FsyncInterval.D(); d < 0 || d > time.Second {
+		add("storage.fsync_interval", "%s is out of range; use 0 (fsync as soon as a reading arrives) to 1s (the default 5ms keeps PUBACKs fast and SD card writes low)", d)
 	}
 	if d := c.Storage.CheckpointInterval.D(); d < 100*time.Millisecond || d > time.Hour {
 		add("storage.checkpoint_interval", "%s is out of range; use 100ms to 1h (the default 10s bounds the replay at restart)", d)

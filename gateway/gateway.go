@@ -119,7 +119,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
-	g.j = newJournal(g.jlog, now, g.apply)
+	g.j = newJournal(g.jlog, cfg.Storage.FsyncInterval.D(), now, g.apply)
 
 	caps := mqtt.NewDefaultServerCapabilities()
 	caps.MaximumClientWritesPending = int32(cfg.MQTT.ClientWriteQueue)

@@ -208,11 +208,12 @@ type pendingAck struct {
 // it: backpressure. Run owns the
 // flushing goroutine, the acker and the applier.
 type journal struct {
-	log    *queue.Log
-	now    func() time.Time
-	apply  func(first uint64, recs [][]byte)
-	acks   chan []pendingAck
-	applyq chan applyBatch
+	log      *queue.Log
+	interval time.Duration // minimum time between fsyncs (storage.fsync_interval)
+	now      func() time.Time
+	apply    func(first uint64, recs [][]byte)
+	acks     chan []pendingAck
+	applyq   chan applyBatch
 
 	mu   sync.Mutex
 	cur  *jbatch
@@ -240,8 +241,8 @@ type jbatch struct {
 // stopped.
 var ErrJournalClosed = errors.New("ingest journal closed")
 
-func newJournal(l *queue.Log, now func() time.Time, apply func(uint64, [][]byte)) *journal {
-	return &journal{log: l, now: now, apply: apply, cur: newBatch(), wake: make(chan struct{}, 1),
+func newJournal(l *queue.Log, interval time.Duration, now func() time.Time, apply func(uint64, [][]byte)) *journal {
+	return &journal{log: l, interval: interval, now: now, apply: apply, cur: newBatch(), wake: make(chan struct{}, 1),
 		acks: make(chan []pendingAck, 4), applyq: make(chan applyBatch, 1024)}
 }
 
@@ -357,9 +358,22 @@ func (j *journal) Run(ctx context.Context) error {
 		<-ackDone
 		<-applyDone
 	}()
+	var last time.Time // when the latest flush began
 	for {
 		select {
 		case <-j.wake:
+			// At most one fsync per interval: on an SD card every fsync
+			// rewrites at least a block and a filesystem journal commit,
+			// whatever the few readings it carries.
+			if wait := j.interval - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done(): // flush now; the loop sees ctx next
+					t.Stop()
+				}
+			}
+			last = time.Now()
 			if err := j.flush(); err != nil {
 				j.fail(err)
 				return err
