@@ -131,7 +131,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.MQTT.ClientReadBuffer,
 		ClientNetWriteBufferSize: cfg.MQTT.ClientWriteBuffer,
-		Logger:                   slog.New(quietRejects{log.Handler()}).With("component", "mqtt"),
+		Logger:                   log.With("component", "mqtt"),
 		SysTopicResendInterval:   30,
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
@@ -551,25 +551,4 @@ func (r *rateLimiter) allow(key string, now time.Time) (bool, int) {
 	r.last[key] = now
 	delete(r.held, key)
 	return true, n
-}
-
-// quietRejects drops mochi's debug line for a publication a hook
-// rejected: the journal acknowledges QoS 1 publications itself after
-// telling mochi not to (see hook.OnPublish), so the line would be logged,
-// with the whole packet, for nearly every reading.
-type quietRejects struct{ slog.Handler }
-
-func (h quietRejects) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelDebug && r.Message == "publish packet rejected" {
-		return nil
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h quietRejects) WithAttrs(as []slog.Attr) slog.Handler {
-	return quietRejects{h.Handler.WithAttrs(as)}
-}
-
-func (h quietRejects) WithGroup(name string) slog.Handler {
-	return quietRejects{h.Handler.WithGroup(name)}
 }

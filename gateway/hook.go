@@ -51,9 +51,10 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool { retu
 // acknowledged only once the journal has them on disk:
 //
 //   - QoS 1, not retained, with no subscriber anywhere (the usual case for
-//     a gateway): mochi is told not to acknowledge (ErrRejectPacket), and
-//     the journal writes the PUBACK once the group fsync is done, so the
-//     client's next publications are read meanwhile and share the fsync;
+//     a gateway): mochi is handed the packet back as an ignored QoS 0 one,
+//     so it neither acknowledges nor routes it, and the journal writes the
+//     PUBACK once the group fsync is done; the client's next publications
+//     are read meanwhile and share the fsync;
 //   - otherwise (QoS 2, retained, or subscribers to route to) the hook
 //     waits for the fsync and mochi acknowledges and routes as usual.
 //
@@ -106,7 +107,14 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.ErrRejectPacket
 	}
 	if async {
-		return pk, packets.ErrRejectPacket // the journal sends the PUBACK
+		// The journal sends the PUBACK. Handed back as an ignored QoS 0
+		// publication, the packet is neither acknowledged nor routed by
+		// mochi. (ErrRejectPacket would do the same, but mochi then boxes
+		// the whole packet for a debug log line: 800 bytes of garbage per
+		// reading.)
+		pk.FixedHeader.Qos = 0
+		pk.Ignore = true
+		return pk, nil
 	}
 	if !pk.FixedHeader.Retain && noSubscribers {
 		return pk, packets.CodeSuccessIgnore

@@ -103,7 +103,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		!reflect.DeepEqual(got.awaitRel, c.awaitRel) {
 		t.Errorf("got %+v", got)
 	}
-	if r := got.rings["a"]; len(r.ents) != 2 || r.ents[0] != (dupEntry{2, 22}) || r.ents[1] != (dupEntry{3, 33}) || r.used != 3 {
+	if r := got.rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {
 		t.Errorf("ring %+v, want oldest first {2 22} {3 33}", r)
 	}
 	if !bytes.Equal(got.encode(), b) {

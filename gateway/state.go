@@ -33,10 +33,18 @@ type ring struct {
 	used uint64 // journal sequence of the client's latest publication
 }
 
-type dupEntry struct {
-	pid  uint16
-	hash uint64
+// dupEntry is a packet id (top 16 bits) and 48 bits of the content hash:
+// 8 bytes, so 1,000 clients with a ring of 256 cost 2 MiB. A false match
+// needs a DUP publication whose 48-bit hash equals one of 256 others with
+// the same packet id: about 1 in 10^12.
+type dupEntry uint64
+
+func newDupEntry(pid uint16, hash uint64) dupEntry {
+	return dupEntry(uint64(pid)<<48 | hash&(1<<48-1))
 }
+
+func (e dupEntry) pid() uint16  { return uint16(e >> 48) }
+func (e dupEntry) hash() uint64 { return uint64(e) & (1<<48 - 1) }
 
 func newDedupe(size, max int) *dedupe {
 	return &dedupe{size: size, max: max, rings: map[string]*ring{}}
@@ -62,8 +70,9 @@ func (d *dedupe) seen(client []byte, pid uint16, hash uint64) bool {
 	if r == nil {
 		return false
 	}
+	want := newDupEntry(pid, hash)
 	for _, e := range r.ents {
-		if e.pid == pid && e.hash == hash {
+		if e == want {
 			return true
 		}
 	}
@@ -81,8 +90,11 @@ func (d *dedupe) add(client []byte, pid uint16, hash, seq uint64) {
 		d.rings[string(client)] = r
 	}
 	r.used = seq
-	e := dupEntry{pid, hash}
+	e := newDupEntry(pid, hash)
 	if len(r.ents) < d.size {
+		if len(r.ents) == cap(r.ents) { // grow by doubling, never past size
+			r.ents = slices.Grow(r.ents, min(max(2*len(r.ents), 4), d.size)-len(r.ents))
+		}
 		r.ents = append(r.ents, e)
 		return
 	}
@@ -181,8 +193,8 @@ func (c *checkpoint) encode() []byte {
 		b = binary.AppendUvarint(b, uint64(len(r.ents)))
 		for i := range r.ents {
 			e := r.ents[(r.next+i)%len(r.ents)]
-			b = binary.AppendUvarint(b, uint64(e.pid))
-			b = binary.LittleEndian.AppendUint64(b, e.hash)
+			b = binary.AppendUvarint(b, uint64(e.pid()))
+			b = binary.LittleEndian.AppendUint64(b, e.hash())
 		}
 	}
 	clients = slices.Sorted(maps.Keys(c.awaitRel))
@@ -242,7 +254,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 				r.ok = false
 				break
 			}
-			rg.ents = append(rg.ents, dupEntry{pid, binary.LittleEndian.Uint64(r.b)})
+			rg.ents = append(rg.ents, newDupEntry(pid, binary.LittleEndian.Uint64(r.b)))
 			r.b = r.b[8:]
 		}
 		c.rings[id] = rg
