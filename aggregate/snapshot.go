@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Snapshot encodes the aggregator's whole state (devices, watermarks, open
@@ -14,10 +15,17 @@ import (
 // emits exactly what the original would have. The encoding is private to
 // this package and versioned; a snapshot taken under another window length
 // or out-of-order bound is refused by Restore.
-func (a *Aggregator) Snapshot() []byte {
+func (a *Aggregator) Snapshot() []byte { return a.AppendSnapshot(nil) }
+
+// AppendSnapshot appends the Snapshot to b.
+func (a *Aggregator) AppendSnapshot(b []byte) []byte {
 	// About 100 bytes per window; growing the buffer by doubling costs as
 	// much as encoding.
-	e := encoder{buf: make([]byte, 0, 64+(len(a.retained)+len(a.series))*112+len(a.devList)*48)}
+	n := len(a.series) + len(a.devList)/2
+	if a.store == nil {
+		n += len(a.retained)
+	}
+	e := encoder{buf: slices.Grow(b, 64+n*112)}
 	e.u(snapshotVersion)
 	e.i(int64(a.cfg.Window))
 	e.i(int64(a.cfg.MaxOutOfOrder))

@@ -442,7 +442,7 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), agg: g.agg.Snapshot(), sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel}
+	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), snapshot: g.agg.AppendSnapshot, sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel}
 	data := c.encode()
 	windows, deleted, err := g.state.commit(data, g.agg)
 	if err != nil {

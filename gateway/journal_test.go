@@ -109,6 +109,18 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if !bytes.Equal(got.encode(), b) {
 		t.Error("re-encoding differs")
 	}
+	// Encoding the snapshot in place gives the same bytes, for snapshots
+	// whose length takes one uvarint byte or several.
+	for _, size := range []int{5, 127, 128, 70000} {
+		snap := bytes.Repeat([]byte{7}, size)
+		c.agg = snap
+		want := c.encode()
+		c.agg, c.snapshot = nil, func(b []byte) []byte { return append(b, snap...) }
+		if got := c.encode(); !bytes.Equal(got, want) {
+			t.Errorf("snapshot of %d bytes encoded in place differs", size)
+		}
+		c.snapshot = nil
+	}
 
 	for n := range len(b) {
 		if _, err := decodeCheckpoint(b[:n]); err == nil {

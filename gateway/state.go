@@ -162,7 +162,8 @@ func (p pidSets) remove(client string, pid uint16) {
 type checkpoint struct {
 	seq      uint64
 	clock    int64
-	agg      []byte
+	agg      []byte                // the aggregator's snapshot, as decoded
+	snapshot func(b []byte) []byte // appends it, when encoding
 	sessions map[string]session
 	rings    map[string]*ring
 	awaitRel pidSets
@@ -172,8 +173,20 @@ func (c *checkpoint) encode() []byte {
 	b := append([]byte(checkpointMagic), checkpointVersion)
 	b = binary.AppendUvarint(b, c.seq)
 	b = binary.AppendVarint(b, c.clock)
-	b = binary.AppendUvarint(b, uint64(len(c.agg)))
-	b = append(b, c.agg...)
+	if c.snapshot != nil {
+		// Encoded in place after room for its length, then moved up to
+		// close the gap: no copy of the snapshot is allocated.
+		at := len(b)
+		b = append(b, make([]byte, binary.MaxVarintLen64)...)
+		b = c.snapshot(b)
+		var n [binary.MaxVarintLen64]byte
+		l := binary.PutUvarint(n[:], uint64(len(b)-at-binary.MaxVarintLen64))
+		copy(b[at:], n[:l])
+		b = append(b[:at+l], b[at+binary.MaxVarintLen64:]...)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(c.agg)))
+		b = append(b, c.agg...)
+	}
 	clients := slices.Sorted(maps.Keys(c.sessions))
 	b = binary.AppendUvarint(b, uint64(len(clients)))
 	for _, id := range clients {

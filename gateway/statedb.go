@@ -108,20 +108,23 @@ func (s *stateDB) commit(cp []byte, agg *aggregate.Aggregator) (written, deleted
 		if perr != nil {
 			return perr
 		}
-		// Keys are collected first: a bbolt cursor skips an entry when
-		// Next follows Delete.
-		c := b.Cursor()
-		var expired [][]byte
+		// Keys are in time order, so the expired ones are at the front:
+		// walk from the first key up to the latest horizon and delete
+		// those before their own series' horizon. They are collected
+		// first, as a bbolt cursor skips an entry when Next follows Delete.
+		horizon := map[string]int64{}
+		var latest int64 = math.MinInt64
 		agg.Horizons(func(dev, metric string, before int64) {
-			prefix := windowKey(nil, dev, metric, math.MinInt64)
-			prefix = prefix[:len(prefix)-8]
-			for k, _ := c.Seek(prefix); k != nil && len(k) == len(prefix)+8 && string(k[:len(prefix)]) == string(prefix); k, _ = c.Next() {
-				if startOf(k) >= before {
-					break
-				}
+			horizon[string(seriesKey(nil, dev, metric))] = before
+			latest = max(latest, before)
+		})
+		var expired [][]byte
+		c := b.Cursor()
+		for k, _ := c.First(); len(k) > 8 && startOf(k) < latest; k, _ = c.Next() {
+			if before, ok := horizon[string(k[8:])]; ok && startOf(k) < before {
 				expired = append(expired, append([]byte(nil), k...))
 			}
-		})
+		}
 		for _, k := range expired {
 			if err := b.Delete(k); err != nil {
 				return err
@@ -155,17 +158,24 @@ func (s *stateDB) Load(dev, metric string, start int64) (w aggregate.WindowState
 	return w, found, err
 }
 
-// windowKey is device and metric (uvarint length + bytes each) and the
-// window start as 8 bytes that sort like the signed number: one series'
-// windows are adjacent and in time order.
+// windowKey is the window start as 8 bytes that sort like the signed
+// number, then device and metric (uvarint length + bytes each). Keys are in
+// time order: windows closing now are appended at the end of the tree, so a
+// checkpoint rewrites few pages (ordered by series, every series' last leaf
+// would be rewritten each time: a 4 KiB page per window), and expired ones
+// are at the front.
 func windowKey(b []byte, dev, metric string, start int64) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(start)^(1<<63))
+	return seriesKey(b, dev, metric)
+}
+
+func seriesKey(b []byte, dev, metric string) []byte {
 	b = appendString(b, dev)
-	b = appendString(b, metric)
-	return binary.BigEndian.AppendUint64(b, uint64(start)^(1<<63))
+	return appendString(b, metric)
 }
 
 func startOf(key []byte) int64 {
-	return int64(binary.BigEndian.Uint64(key[len(key)-8:]) ^ (1 << 63))
+	return int64(binary.BigEndian.Uint64(key[:8]) ^ (1 << 63))
 }
 
 func appendWindowState(b []byte, w aggregate.WindowState) []byte {
