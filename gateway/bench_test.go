@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,9 +30,14 @@ func (c *countOutput) Full() bool                                { return false 
 func (c *countOutput) Stored() bridge.Mark                       { return bridge.Mark{} }
 func (c *countOutput) Sync() error                               { return nil }
 
+var fsyncInterval = flag.Duration("fsync-interval", -1, "benchmarks: storage.fsync_interval (default: the config default)")
+
 func benchGateway(b *testing.B, now func() time.Time) (*Gateway, *countOutput) {
 	b.Helper()
 	c := configs.Default()
+	if *fsyncInterval >= 0 {
+		c.Storage.FsyncInterval = configs.Duration(*fsyncInterval)
+	}
 	c.Gateway.ID = "bench"
 	c.Gateway.DataDir = b.TempDir()
 	c.MQTT.Listen = "127.0.0.1:0"
