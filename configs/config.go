@@ -13,6 +13,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -33,6 +34,41 @@ type Config struct {
 	Storage   Storage   `yaml:"storage"`
 	HTTP      HTTP      `yaml:"http"`
 	Log       Log       `yaml:"log"`
+	Sensors   []Sensor  `yaml:"sensors"`
+}
+
+// Sensor is an I²C sensor the gateway polls itself. Its readings enter the
+// pipeline as if device Device had published them (and are published on
+// the local broker too).
+type Sensor struct {
+	// Bus is the periph name of the I²C bus ("/dev/i2c-1", "I2C1", "1"),
+	// or "emulated" for chips simulated in the gateway (any machine).
+	Bus     string   `yaml:"bus"`
+	Address int      `yaml:"address"` // 7-bit, e.g. 0x76
+	Driver  string   `yaml:"driver"`  // bme280 (also BMP280), sht3x, bh1750
+	Every   Duration `yaml:"interval"`
+	Device  string   `yaml:"device"`
+	// Metrics renames the driver's metrics (temperature, pressure,
+	// humidity, illuminance) in the readings.
+	Metrics map[string]string `yaml:"metrics"`
+}
+
+// SensorDrivers maps each driver to the metrics it reports.
+var SensorDrivers = map[string][]string{
+	"bme280": {"temperature", "pressure", "humidity"},
+	"sht3x":  {"temperature", "humidity"},
+	"bh1750": {"illuminance"},
+}
+
+// SensorTopic returns the MQTT topic a sensor's readings for metric are
+// published on: the first mqtt.topics pattern with {device} and {metric}.
+func (c *Config) SensorTopic(device, metric string) (string, bool) {
+	for _, t := range c.MQTT.Topics {
+		if strings.Contains(t, "{device}") && strings.Contains(t, "{metric}") {
+			return strings.NewReplacer("{device}", device, "{metric}", metric).Replace(t), true
+		}
+	}
+	return "", false
 }
 
 // Gateway identifies the gateway.
@@ -489,6 +525,42 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP.Listen != "" {
 		checkAddr(add, "http.listen", c.HTTP.Listen, false)
+	}
+	onBus := map[string]bool{}
+	for i, s := range c.Sensors {
+		key := fmt.Sprintf("sensors[%d]", i)
+		if s.Bus == "" {
+			add(key+".bus", "is empty; name the I2C bus (/dev/i2c-1, or emulated for simulated chips)")
+		}
+		if s.Address < 0x03 || s.Address > 0x77 {
+			add(key+".address", "%#x is not a 7-bit device address; use 0x03…0x77 (BME280 0x76/0x77, SHT3x 0x44/0x45, BH1750 0x23/0x5c)", s.Address)
+		}
+		metrics, ok := SensorDrivers[s.Driver]
+		if !ok {
+			add(key+".driver", "%q is not a driver; use bme280 (also for BMP280), sht3x or bh1750", s.Driver)
+		}
+		if d := s.Every.D(); d < 100*time.Millisecond || d > 24*time.Hour {
+			add(key+".interval", "%s is out of range; use 100ms to 24h", d)
+		}
+		if !idRE.MatchString(s.Device) {
+			add(key+".device", "%q is not a valid device id; use 1-64 letters, digits, '.', '_' or '-'", s.Device)
+		}
+		for m, name := range s.Metrics {
+			if !slices.Contains(metrics, m) {
+				add(key+".metrics."+m, "%s does not report %q; it reports %s", s.Driver, m, strings.Join(metrics, ", "))
+			}
+			if name == "" || strings.ContainsAny(name, "/+#") {
+				add(key+".metrics."+m, "%q is not a metric name (no '/', '+' or '#')", name)
+			}
+		}
+		if at := fmt.Sprintf("%s@%#x", s.Bus, s.Address); onBus[at] {
+			add(key+".address", "%#x on bus %s is listed twice", s.Address, s.Bus)
+		} else {
+			onBus[at] = true
+		}
+	}
+	if _, ok := c.SensorTopic("d", "m"); len(c.Sensors) > 0 && !ok {
+		add("sensors", "need an mqtt.topics pattern with {device} and {metric} (e.g. sensors/{device}/{metric}) to report readings under")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

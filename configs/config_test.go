@@ -93,3 +93,17 @@ func TestCheckFiles(t *testing.T) {
 		t.Errorf("CheckFiles = %v, want an error naming mqtt.users_file", err)
 	}
 }
+
+func TestSensorsConfig(t *testing.T) {
+	c, err := Load("testdata/sensors.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Sensors[0]
+	if len(c.Sensors) != 3 || s.Address != 0x76 || s.Driver != "bme280" || s.Every.D() != 10*time.Second || s.Metrics["temperature"] != "temp_c" {
+		t.Errorf("sensors = %+v", c.Sensors)
+	}
+	if topic, ok := c.SensorTopic("gw-board", "temp_c"); !ok || topic != "sensors/gw-board/temp_c" {
+		t.Errorf("topic %q %v", topic, ok)
+	}
+}

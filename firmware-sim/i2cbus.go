@@ -105,8 +105,15 @@ func (b *Bus) SetSpeed(physic.Frequency) error { return nil }
 // String implements i2c.Bus.
 func (b *Bus) String() string { return b.name }
 
-// Close implements i2c.BusCloser.
+// Close implements i2c.BusCloser. The bus stays usable: several users
+// may open it by name.
 func (b *Bus) Close() error { return nil }
+
+// Counters of the chips, for tests that need to know how many
+// measurements were made.
+func (c *BME280) Count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.Conversions }
+func (c *SHT3x) Count() int  { c.mu.Lock(); defer c.mu.Unlock(); return c.Measurements }
+func (c *BH1750) Count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.Measurements }
 
 // faults are what a chip model can be told to do wrong on its next
 // transactions.

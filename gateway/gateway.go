@@ -76,6 +76,8 @@ type Gateway struct {
 	dup      *dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
+	sensors []*sensorState // the gateway's own I2C sensors
+
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
 
@@ -106,6 +108,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		dup: newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
 	g.logLimiter.every = 10 * time.Second
 	g.ing.g = g
+	g.sensors = newSensorStates(cfg)
 	g.agg, err = aggregate.New(cfg.AggregateConfig(), func() time.Time { return g.clock }, g.emitSummary)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
@@ -133,6 +136,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		ClientNetWriteBufferSize: cfg.MQTT.ClientWriteBuffer,
 		Logger:                   log.With("component", "mqtt"),
 		SysTopicResendInterval:   30,
+		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
 	if err := g.server.AddHook(h, nil); err != nil {
@@ -359,6 +363,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
 	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
+	sctx, scancel := context.WithCancel(ctx)
+	var sensors sync.WaitGroup
+	for _, st := range g.sensors {
+		sensors.Add(1)
+		go func() {
+			defer sensors.Done()
+			g.runSensor(sctx, st)
+		}()
+	}
+	defer func() { scancel(); sensors.Wait() }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	every := g.cfg.Storage.CheckpointInterval.D()
@@ -392,6 +406,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.closeFiles()
 			return err
 		case <-ctx.Done():
+			scancel()
+			sensors.Wait()
 			g.server.Close()
 			if b, err := g.j.clock(evFlush); err == nil {
 				b.wait()
@@ -474,6 +490,7 @@ type Stats struct {
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
 	Journal    JournalStats
+	Sensors    []SensorStatus `json:",omitempty"`
 }
 
 // JournalStats describes the ingest journal and the last recovery.
@@ -507,6 +524,7 @@ func (g *Gateway) Stats() Stats {
 	s.Journal.CheckpointFailures, s.Journal.Replayed = g.cpFailures.Load(), g.replayed.Load()
 	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
 	s.Duplicates = g.duplicates.Load()
+	s.Sensors = g.sensorStatus()
 	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
 	s.Publishes = g.publishes.Load()
 	s.Refused = g.refused.Load()

@@ -21,11 +21,14 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"go.uber.org/goleak"
 	"golang.org/x/crypto/bcrypt"
+	"periph.io/x/conn/v3/i2c"
+	"periph.io/x/conn/v3/i2c/i2creg"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
+	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 	"github.com/edgegate/edgegate/gateway"
 )
 
@@ -783,5 +786,141 @@ func TestQoS2AcrossRestart(t *testing.T) {
 	st := gw.Stats()
 	if n := st.Outcomes["aggregated"] + st.Outcomes["late_revised"]; n != 1 {
 		t.Errorf("counted %d readings, want 1", n)
+	}
+}
+
+// TestSensorsEndToEnd runs the gateway with an emulated I²C bus holding a
+// BME280, an SHT3x and a BH1750, polled every 100 ms, and reads the
+// summaries back from kfake: per metric, the readings counted are the
+// chips' own count of measurements, and sum, min and max are those of the
+// values the test scripted. A local subscriber sees the readings too.
+func TestSensorsEndToEnd(t *testing.T) {
+	bus := firmwaresim.NewBus("edgegate-test-i2c")
+	bme, sht, bh := firmwaresim.NewBME280(), firmwaresim.NewSHT3x(), firmwaresim.NewBH1750()
+	bus.Attach(0x76, bme)
+	bus.Attach(0x44, sht)
+	bus.Attach(0x23, bh)
+	if err := i2creg.Register(bus.String(), nil, -1, func() (i2c.BusCloser, error) { return bus, nil }); err != nil {
+		t.Fatal(err)
+	}
+	defer i2creg.Unregister(bus.String())
+	// The BME280 walks 20.00, 20.25, … °C and 100000, 100010, … Pa; the
+	// others hold still.
+	temp := func(n int) float64 { return 20 + 0.25*float64(n%16) }
+	pres := func(n int) float64 { return 100000 + 10*float64(n%16) }
+	bme.Script(func(n int) (float64, float64, float64) { return temp(n), pres(n), 55 })
+	sht.Set(18.5, 40)
+	bh.Set(250)
+
+	_, brokers := kafkatest.Start(t, 3, summariesTopic, deadTopic, "edge.offsets")
+	cfg := testConfig(t, brokers)
+	cfg.Sensors = []configs.Sensor{
+		{Bus: bus.String(), Address: 0x76, Driver: "bme280", Every: configs.Duration(100 * time.Millisecond), Device: "board", Metrics: map[string]string{"temperature": "temp_c"}},
+		{Bus: bus.String(), Address: 0x44, Driver: "sht3x", Every: configs.Duration(100 * time.Millisecond), Device: "board-sht"},
+		{Bus: bus.String(), Address: 0x23, Driver: "bh1750", Every: configs.Duration(100 * time.Millisecond), Device: "board"},
+		{Bus: bus.String(), Address: 0x45, Driver: "sht3x", Every: configs.Duration(100 * time.Millisecond), Device: "missing"},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st := startStack(t, cfg, time.Now)
+	sub, err := connect(t, st.gw.Addr(), "local-sub", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := make(chan string, 100)
+	sub.AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+		select {
+		case local <- pr.Packet.Topic + " " + string(pr.Packet.Payload):
+		default:
+		}
+		return true, nil
+	})
+	if _, err := sub.Subscribe(context.Background(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "sensors/board/temp_c", QoS: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-local:
+		if !strings.HasPrefix(m, `sensors/board/temp_c {"v":`) || !strings.HasSuffix(m, `,"u":"Cel"}`) {
+			t.Errorf("local subscriber got %s", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no sensor reading on the local broker")
+	}
+	time.Sleep(time.Second)
+	status := st.gw.Stats().Sensors
+	st.stopGW() // closes every open window
+	nBME, nSHT, nBH := bme.Count(), sht.Count(), bh.Count()
+	if nBME < 5 || nSHT < 5 || nBH < 5 {
+		t.Fatalf("measurements: bme280 %d, sht3x %d, bh1750 %d; want about 10 each", nBME, nSHT, nBH)
+	}
+	var missing gateway.SensorStatus
+	for _, s := range status {
+		if s.Device == "missing" {
+			missing = s
+		}
+	}
+	if missing.Up || missing.Errors == 0 || !strings.Contains(missing.LastError, "sht3x at 0x45") {
+		t.Errorf("missing sensor status: %+v", missing)
+	}
+
+	type agg struct {
+		n             int64
+		sum, min, max float64
+		unit          string
+	}
+	want := map[string]agg{}
+	add := func(k, unit string, v float64) {
+		a, ok := want[k]
+		if !ok {
+			a = agg{min: v, max: v, unit: unit}
+		}
+		a.n++
+		a.sum += v
+		a.min, a.max = math.Min(a.min, v), math.Max(a.max, v)
+		want[k] = a
+	}
+	for n := range nBME {
+		add("board/temp_c", "Cel", temp(n))
+		add("board/pressure", "Pa", pres(n))
+		add("board/humidity", "%RH", 55)
+	}
+	for range nSHT {
+		add("board-sht/temperature", "Cel", 18.5)
+		add("board-sht/humidity", "%RH", 40)
+	}
+	for range nBH {
+		add("board/illuminance", "lx", 250)
+	}
+	got := map[string]agg{}
+	msgs, _ := kafkatest.ConsumeN(brokers, summariesTopic, 1<<30, 3*time.Second)
+	for _, m := range msgs {
+		var s aggregate.Summary
+		if err := json.Unmarshal(m.Value, &s); err != nil {
+			t.Fatal(err)
+		}
+		k := s.Device + "/" + s.Metric
+		a, ok := got[k]
+		if !ok {
+			a = agg{min: s.Min, max: s.Max, unit: s.Unit}
+		}
+		a.n += s.Count
+		a.sum += s.Sum
+		a.min, a.max = math.Min(a.min, s.Min), math.Max(a.max, s.Max)
+		got[k] = a
+	}
+	// The chips quantise: the BME280 to 0.01 °C, 1/256 Pa and 1/1024 %RH
+	// steps, the SHT3x to 175/65535 °C and 100/65535 %RH, the BH1750 to
+	// 1/1.2 lx; the scripted values are chosen to be near those steps.
+	tol := map[string]float64{"board/pressure": 0.5, "board/humidity": 0.02, "board-sht/temperature": 0.003, "board-sht/humidity": 0.002, "board/illuminance": 0.84}
+	for k, w := range want {
+		g, ok := got[k]
+		e := tol[k] + 1e-9
+		if !ok || g.n != w.n || g.unit != w.unit || math.Abs(g.sum-w.sum) > e*float64(w.n) || math.Abs(g.min-w.min) > e || math.Abs(g.max-w.max) > e {
+			t.Errorf("%s: got %+v, want %+v", k, g, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("metrics in Kafka %v, want %v", got, want)
 	}
 }

@@ -287,6 +287,18 @@ func (j *journal) publish(cl *mqtt.Client, flags byte, pid uint16, topic string,
 	return b, nil
 }
 
+// local journals a publication the gateway makes itself (its own
+// sensors), as QoS 0 from client.
+func (j *journal) local(client, topic string, payload []byte) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendPublish(b.buf, at, 0, 0, client, topic, payload)
+	j.end(b)
+	return nil
+}
+
 // clock journals a tick or the shutdown flush.
 func (j *journal) clock(kind byte) (*jbatch, error) {
 	b, at, err := j.begin()

@@ -15,6 +15,7 @@ func TestDependencyDirection(t *testing.T) {
 		"bridge":          {"github.com/mochi-mqtt/", "github.com/eclipse/paho", mod + "gateway"},
 		"firmware-sim":    {mod + "gateway", mod + "bridge", mod + "aggregate", mod + "devices", "github.com/IBM/sarama"}, // emulators model the datasheets, not our drivers
 		"gateway/payload": {"github.com/mochi-mqtt/", "github.com/IBM/sarama", mod + "bridge"},
+		"gateway":         {mod + "firmware-sim"},
 	}
 	for pkg, banned := range rules {
 		out, err := exec.Command("go", "list", "-deps", "./../../"+pkg).Output()

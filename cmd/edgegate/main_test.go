@@ -77,6 +77,25 @@ func TestDataDirInUse(t *testing.T) {
 	}
 }
 
+// TestSensorsScan lists the emulated bus: each chip named as the driver
+// identifies it (id register, CRC-checked status, address and power-on).
+func TestSensorsScan(t *testing.T) {
+	code, out, errs := run(t, "sensors", "scan", "--bus", "emulated")
+	want := "bus emulated: 3 device(s)\n" +
+		"  0x23  BH1750 (no id register: by address and power-on)\n" +
+		"  0x44  SHT3x (status 0x0010, CRC ok)\n" +
+		"  0x76  BME280 (chip id 0x60)\n"
+	if code != 0 || out != want {
+		t.Errorf("code %d\n%s%s\nwant\n%s", code, out, errs, want)
+	}
+	if code, _, errs := run(t, "sensors", "scan", "--bus", "no-such-bus"); code != 1 || !strings.Contains(errs, `open i2c bus "no-such-bus": not found`) {
+		t.Errorf("unknown bus: code %d %q", code, errs)
+	}
+	if code, _, _ := run(t, "sensors", "scan"); code != 2 {
+		t.Errorf("no --bus: code %d, want 2", code)
+	}
+}
+
 func TestUnknownCommand(t *testing.T) {
 	if code, _, errs := run(t, "frobnicate"); code != 2 || !strings.Contains(errs, `unknown command "frobnicate"`) {
 		t.Errorf("code %d stderr %q", code, errs)

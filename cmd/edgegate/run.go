@@ -118,6 +118,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		lock.Close()
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
+	prepareSensors(cfg, log)
 	gw, err := gateway.New(cfg, fwd, log, now)
 	if err != nil {
 		lock.Close()
