@@ -145,6 +145,37 @@ type Fleet struct {
 	OnError func(device string, err error)
 
 	sent, acked, errs, connects atomic.Uint64
+	ackLatency                  [latencyBuckets + 1]atomic.Uint64 // 100 µs buckets; the last is ≥ 100 ms
+}
+
+const latencyBuckets = 1000 // of 100 µs: up to 100 ms
+
+func (f *Fleet) recordAck(d time.Duration) {
+	f.ackLatency[min(int(d/(100*time.Microsecond)), latencyBuckets)].Add(1)
+}
+
+// AckLatency returns the q-quantile (0 < q < 1) of the time from sending a
+// QoS > 0 publication to its acknowledgement, to 0.1 ms (the upper edge of
+// its bucket; ≥ 100 ms reads as 100 ms). It is 0 before any.
+func (f *Fleet) AckLatency(q float64) time.Duration {
+	var counts [latencyBuckets + 1]uint64
+	var total uint64
+	for i := range counts {
+		counts[i] = f.ackLatency[i].Load()
+		total += counts[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(q * float64(total))
+	var seen uint64
+	for i, n := range counts {
+		seen += n
+		if seen > rank {
+			return time.Duration(min(i+1, latencyBuckets)) * 100 * time.Microsecond
+		}
+	}
+	return latencyBuckets * 100 * time.Microsecond
 }
 
 // FleetStats counts what a fleet has done so far.
@@ -225,7 +256,11 @@ func (f *Fleet) runDevice(ctx context.Context, d Device, rng *rand.Rand, now fun
 		// firmware would: the truth log then matches the wire exactly.
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		for i, m := range msgs {
+			t0 := time.Now()
 			_, err := c.Publish(pctx, &paho.Publish{Topic: m.Topic, QoS: d.QoS, Payload: m.Payload})
+			if err == nil && d.QoS > 0 {
+				f.recordAck(time.Since(t0))
+			}
 			for j := range sent {
 				if sent[j].msg == i {
 					f.sent.Add(1)

@@ -102,6 +102,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fmt.Fprintf(out, "%-22s %12d\n", "readings sent", st.Sent)
 			fmt.Fprintf(out, "%-22s %12.0f\n", "readings sent/s", float64(st.Sent)/el)
 			fmt.Fprintf(out, "%-22s %12d\n", "readings acked", st.Acked)
+			if st.Acked > 0 {
+				fmt.Fprintf(out, "%-22s %12.1f\n", "PUBACK p50 ms", float64(f.AckLatency(0.5))/1e6)
+				fmt.Fprintf(out, "%-22s %12.1f\n", "PUBACK p99 ms", float64(f.AckLatency(0.99))/1e6)
+			}
 			fmt.Fprintf(out, "%-22s %12d\n", "errors", st.Errors)
 			fmt.Fprintf(out, "%-22s %12d\n", "connections", st.Connects)
 			if *watch != 0 {
