@@ -72,11 +72,13 @@ type Gateway struct {
 	suppress bridge.Mark // outputs up to this mark are already stored (replay)
 	applied  uint64      // journal sequence of the latest event applied
 	sessions map[string]session
-	awaitRel pidSets // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
+	awaitRel pidSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
+	subs     map[string]map[string]subscription // client → filter → subscription
 	dup      *dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
 	sensors []*sensorState // the gateway's own I2C sensors
+	hook    *hook
 
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
@@ -105,7 +107,8 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
 	}
 	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec, sessions: map[string]session{}, awaitRel: pidSets{},
-		dup: newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
+		subs: map[string]map[string]subscription{},
+		dup:  newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
 	g.logLimiter.every = 10 * time.Second
 	g.ing.g = g
 	g.sensors = newSensorStates(cfg)
@@ -139,6 +142,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
+	g.hook = h
 	if err := g.server.AddHook(h, nil); err != nil {
 		g.closeFiles()
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
@@ -215,7 +219,7 @@ func (g *Gateway) recover() error {
 			}
 		}
 		g.clock = time.Unix(0, cp.clock)
-		g.sessions, g.dup.rings, g.awaitRel = cp.sessions, cp.rings, cp.awaitRel
+		g.sessions, g.dup.rings, g.awaitRel, g.subs = cp.sessions, cp.rings, cp.awaitRel, cp.subs
 		g.applied, g.lastCP = cp.seq, cp.seq
 		from = cp.seq + 1
 	}
@@ -313,8 +317,20 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.dup.drop(e.client)
 		delete(g.sessions, string(e.client))
 		delete(g.awaitRel, string(e.client))
+		delete(g.subs, string(e.client))
 	case evPubrel:
 		g.awaitRel.remove(string(e.client), e.pid)
+	case evSubscribe:
+		c := string(e.client)
+		if g.subs[c] == nil {
+			g.subs[c] = map[string]subscription{}
+		}
+		g.subs[c][string(e.topic)] = e.sub
+	case evUnsubscribe:
+		delete(g.subs[string(e.client)], string(e.topic))
+		if len(g.subs[string(e.client)]) == 0 {
+			delete(g.subs, string(e.client))
+		}
 	}
 }
 
@@ -362,6 +378,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.closeFiles()
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
+	// mochi does not count the subscriptions it loads from storage; the
+	// hook routes publications only when the count is non-zero.
+	atomic.AddInt64(&g.server.Info.Subscriptions, g.hook.loadedSubs)
 	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
 	sctx, scancel := context.WithCancel(ctx)
 	var sensors sync.WaitGroup
@@ -458,7 +477,7 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), snapshot: g.agg.AppendSnapshot, sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel}
+	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), snapshot: g.agg.AppendSnapshot, sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel, subs: g.subs}
 	data := c.encode()
 	windows, deleted, err := g.state.commit(data, g.agg)
 	if err != nil {

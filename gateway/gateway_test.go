@@ -924,3 +924,56 @@ func TestSensorsEndToEnd(t *testing.T) {
 		t.Errorf("metrics in Kafka %v, want %v", got, want)
 	}
 }
+
+// TestSubscriptionsSurviveRestart: a local subscriber with a persistent
+// session finds its subscription in place after a gateway restart (CONNACK
+// says session present, so it does not subscribe again) and receives a
+// device's reading.
+func TestSubscriptionsSurviveRestart(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	start := func() (*gateway.Gateway, func()) {
+		gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- gw.Run(ctx) }()
+		return gw, func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("gateway: %v", err)
+			}
+		}
+	}
+	gw, stop := start()
+	sub, _ := rawConnect(t, gw.Addr(), "dashboard", true)
+	sp := packets.NewControlPacket(packets.SUBSCRIBE)
+	sp.Content = &packets.Subscribe{PacketID: 1, Subscriptions: []packets.SubOptions{{Topic: "sensors/dev-s/#", QoS: 1}}, Properties: &packets.Properties{}}
+	sub.send(sp)
+	sub.expect(packets.SUBACK, 1)
+	sub.conn.Close()
+	stop()
+
+	gw, stop = start()
+	defer stop()
+	sub, present := rawConnect(t, gw.Addr(), "dashboard", false)
+	if !present {
+		t.Fatal("session not present after the restart")
+	}
+	dev, err := connect(t, gw.Addr(), "dev-s", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.Publish(context.Background(), &paho.Publish{Topic: "sensors/dev-s/t", QoS: 1, Payload: []byte("5")}); err != nil {
+		t.Fatal(err)
+	}
+	sub.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := packets.ReadPacket(sub.conn)
+	if err != nil {
+		t.Fatalf("subscriber after the restart: %v", err)
+	}
+	if p, ok := got.Content.(*packets.Publish); !ok || p.Topic != "sensors/dev-s/t" || string(p.Payload) != "5" {
+		t.Errorf("subscriber got %v", got)
+	}
+}

@@ -23,6 +23,8 @@ type hook struct {
 	mqtt.HookBase
 	g    *Gateway
 	auth *authenticator
+
+	loadedSubs int64 // subscriptions given to mochi at start
 }
 
 func (h *hook) ID() string { return "edgegate" }
@@ -30,7 +32,8 @@ func (h *hook) ID() string { return "edgegate" }
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
-		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages}, []byte{b})
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages,
+		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
 }
 
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
@@ -188,6 +191,52 @@ func (h *hook) StoredInflightMessages() ([]storage.Message, error) {
 				PacketID: pid, FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, Created: h.g.now().Unix()})
 		}
 	}
+	return v, nil
+}
+
+// OnSubscribed journals the subscriptions granted, so that a persistent
+// session has them again after a restart.
+func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	if cl.Net.Inline {
+		return
+	}
+	for i, f := range pk.Filters {
+		if i < len(reasonCodes) && reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		h.g.j.subscribe(cl.ID, f.Filter, subscription{qos: f.Qos, retainHandling: f.RetainHandling, noLocal: f.NoLocal,
+			retainAsPublish: f.RetainAsPublished, identifier: f.Identifier})
+	}
+}
+
+// OnUnsubscribed journals the end of subscriptions. When a session is
+// taken over, mochi unsubscribes the old connection after the new one has
+// inherited its subscriptions: that is not an end.
+func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline || cl.IsTakenOver() {
+		return
+	}
+	for _, f := range pk.Filters {
+		h.g.j.unsubscribe(cl.ID, f.Filter)
+	}
+}
+
+// StoredSubscriptions gives mochi, as it starts, the subscriptions of the
+// persistent sessions.
+func (h *hook) StoredSubscriptions() ([]storage.Subscription, error) {
+	h.g.mu.Lock()
+	defer h.g.mu.Unlock()
+	var v []storage.Subscription
+	for id, subs := range h.g.subs {
+		if _, ok := h.g.sessions[id]; !ok {
+			continue
+		}
+		for f, s := range subs {
+			v = append(v, storage.Subscription{T: storage.SubscriptionKey, ID: id + ":" + f, Client: id, Filter: f, Qos: s.qos,
+				RetainHandling: s.retainHandling, NoLocal: s.noLocal, RetainAsPublished: s.retainAsPublish, Identifier: s.identifier})
+		}
+	}
+	h.loadedSubs = int64(len(v))
 	return v, nil
 }
 

@@ -28,6 +28,8 @@ const (
 	evSessionStart byte = 'S'
 	evSessionEnd   byte = 'E'
 	evPubrel       byte = 'R'
+	evSubscribe    byte = 'B'
+	evUnsubscribe  byte = 'N'
 )
 
 // Publication flags in a publish event.
@@ -47,6 +49,7 @@ type event struct {
 	topic   []byte
 	payload []byte
 	sess    session
+	sub     subscription
 }
 
 // session is what the journal keeps of a persistent MQTT session, enough
@@ -92,6 +95,43 @@ func appendSessionStart(b []byte, at int64, client string, s session) []byte {
 func appendSessionEnd(b []byte, at int64, client string) []byte {
 	b = appendClock(b, evSessionEnd, at)
 	return appendString(b, client)
+}
+
+// subscription is what the journal keeps of a persistent session's
+// subscription (mochi's storage.Subscription, without the id).
+type subscription struct {
+	qos, retainHandling      byte
+	noLocal, retainAsPublish bool
+	identifier               int
+}
+
+func (s subscription) flags() byte {
+	f := s.qos&3 | s.retainHandling&3<<2
+	if s.noLocal {
+		f |= 1 << 4
+	}
+	if s.retainAsPublish {
+		f |= 1 << 5
+	}
+	return f
+}
+
+func subscriptionOf(flags byte, identifier int) subscription {
+	return subscription{qos: flags & 3, retainHandling: flags >> 2 & 3, noLocal: flags&(1<<4) != 0, retainAsPublish: flags&(1<<5) != 0, identifier: identifier}
+}
+
+func appendSubscribe(b []byte, at int64, client, filter string, s subscription) []byte {
+	b = appendClock(b, evSubscribe, at)
+	b = appendString(b, client)
+	b = appendString(b, filter)
+	b = append(b, s.flags())
+	return binary.AppendUvarint(b, uint64(s.identifier))
+}
+
+func appendUnsubscribe(b []byte, at int64, client, filter string) []byte {
+	b = appendClock(b, evUnsubscribe, at)
+	b = appendString(b, client)
+	return appendString(b, filter)
 }
 
 func appendPubrel(b []byte, at int64, client string, pid uint16) []byte {
@@ -176,6 +216,18 @@ func decodeEvent(rec []byte) (event, error) {
 		e.sess.listener = string(r.bytes())
 	case evSessionEnd:
 		e.client = r.bytes()
+	case evSubscribe:
+		e.client = r.bytes()
+		e.topic = r.bytes()
+		flags := r.byte()
+		id := r.uvarint()
+		if id > 1<<28 {
+			r.ok = false
+		}
+		e.sub = subscriptionOf(flags, int(id))
+	case evUnsubscribe:
+		e.client = r.bytes()
+		e.topic = r.bytes()
 	case evPubrel:
 		e.client = r.bytes()
 		pid := r.uvarint()
@@ -326,6 +378,28 @@ func (j *journal) sessionEnd(client string) error {
 		return err
 	}
 	b.buf = appendSessionEnd(b.buf, at, client)
+	j.end(b)
+	return nil
+}
+
+// subscribe journals a subscription of client to filter.
+func (j *journal) subscribe(client, filter string, s subscription) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendSubscribe(b.buf, at, client, filter, s)
+	j.end(b)
+	return nil
+}
+
+// unsubscribe journals the end of a subscription.
+func (j *journal) unsubscribe(client, filter string) error {
+	b, at, err := j.begin()
+	if err != nil {
+		return err
+	}
+	b.buf = appendUnsubscribe(b.buf, at, client, filter)
 	j.end(b)
 	return nil
 }

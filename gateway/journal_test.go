@@ -29,6 +29,9 @@ func TestEventRoundTrip(t *testing.T) {
 			event{kind: evSessionStart, at: 9, client: []byte("c"), sess: session{proto: 5, expiry: 3600, username: "u", listener: "tcp"}}},
 		{"session end", appendSessionEnd(nil, 9, "c"), event{kind: evSessionEnd, at: 9, client: []byte("c")}},
 		{"pubrel", appendPubrel(nil, 9, "c", 513), event{kind: evPubrel, at: 9, client: []byte("c"), pid: 513}},
+		{"subscribe", appendSubscribe(nil, 9, "c", "a/#", subscription{qos: 2, retainHandling: 1, noLocal: true, identifier: 7}),
+			event{kind: evSubscribe, at: 9, client: []byte("c"), topic: []byte("a/#"), sub: subscription{qos: 2, retainHandling: 1, noLocal: true, identifier: 7}}},
+		{"unsubscribe", appendUnsubscribe(nil, 9, "c", "a/#"), event{kind: evUnsubscribe, at: 9, client: []byte("c"), topic: []byte("a/#")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := decodeEvent(tc.rec)
@@ -93,14 +96,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	d.add([]byte("a"), 2, 22, 2)
 	d.add([]byte("a"), 3, 33, 3) // wraps: next points at the oldest
 	c := &checkpoint{seq: 42, clock: -1, agg: []byte("state"), sessions: map[string]session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, rings: d.rings,
-		awaitRel: pidSets{"a": {7: true, 65535: true}}}
+		awaitRel: pidSets{"a": {7: true, 65535: true}},
+		subs:     map[string]map[string]subscription{"a": {"x/#": {qos: 1, retainAsPublish: true, identifier: 3}, "y": {}}}}
 	b := c.encode()
 	got, err := decodeCheckpoint(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.seq != 42 || got.clock != -1 || string(got.agg) != "state" || !reflect.DeepEqual(got.sessions, c.sessions) ||
-		!reflect.DeepEqual(got.awaitRel, c.awaitRel) {
+		!reflect.DeepEqual(got.awaitRel, c.awaitRel) || !reflect.DeepEqual(got.subs, c.subs) {
 		t.Errorf("got %+v", got)
 	}
 	if r := got.rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {

@@ -130,6 +130,8 @@ func (d *dedupe) drop(client []byte) { delete(d.rings, string(client)) }
 //	  then n entries oldest first: uvarint pid, 8-byte hash
 //	uvarint count, then per client with QoS 2 exchanges awaiting PUBREL:
 //	  client, uvarint n, then n uvarint packet ids
+//	uvarint count, then per client with subscriptions: client, uvarint n,
+//	  then n × (filter, flags byte, uvarint subscription identifier)
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
@@ -167,6 +169,7 @@ type checkpoint struct {
 	sessions map[string]session
 	rings    map[string]*ring
 	awaitRel pidSets
+	subs     map[string]map[string]subscription
 }
 
 func (c *checkpoint) encode() []byte {
@@ -220,6 +223,19 @@ func (c *checkpoint) encode() []byte {
 			b = binary.AppendUvarint(b, uint64(pid))
 		}
 	}
+	clients = slices.Sorted(maps.Keys(c.subs))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		b = appendString(b, id)
+		filters := slices.Sorted(maps.Keys(c.subs[id]))
+		b = binary.AppendUvarint(b, uint64(len(filters)))
+		for _, f := range filters {
+			s := c.subs[id][f]
+			b = appendString(b, f)
+			b = append(b, s.flags())
+			b = binary.AppendUvarint(b, uint64(s.identifier))
+		}
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -237,7 +253,7 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
 	r := reader{b: body[5:], ok: true}
-	c := &checkpoint{sessions: map[string]session{}, rings: map[string]*ring{}, awaitRel: pidSets{}}
+	c := &checkpoint{sessions: map[string]session{}, rings: map[string]*ring{}, awaitRel: pidSets{}, subs: map[string]map[string]subscription{}}
 	c.seq = r.uvarint()
 	c.clock = r.varint()
 	c.agg = r.bytes()
@@ -278,6 +294,17 @@ func decodeCheckpoint(b []byte) (*checkpoint, error) {
 		m := r.uvarint()
 		for j := uint64(0); r.ok && j < m; j++ {
 			c.awaitRel.add(id, uint16(r.uvarint()))
+		}
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		m := r.uvarint()
+		c.subs[id] = map[string]subscription{}
+		for j := uint64(0); r.ok && j < m; j++ {
+			f := string(r.bytes())
+			flags := r.byte()
+			c.subs[id][f] = subscriptionOf(flags, int(r.uvarint()))
 		}
 	}
 	if !r.ok || len(r.b) != 0 {
