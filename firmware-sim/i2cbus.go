@@ -21,6 +21,10 @@ type Chip interface {
 // ErrNACK is the error of a transaction that no chip acknowledged.
 var ErrNACK = errors.New("i2c: no acknowledge")
 
+// ErrShortRead is the error of a read that ended early (the chip released
+// the bus, or the adapter gave up), as Linux's i2c-dev reports one.
+var ErrShortRead = errors.New("i2c: short read")
+
 // ErrStuck is the error of every transaction while the bus is stuck (a
 // chip holding SDA low).
 var ErrStuck = errors.New("i2c: bus stuck (SDA held low)")
@@ -34,6 +38,7 @@ type Bus struct {
 	mu    sync.Mutex
 	chips map[uint16]Chip
 	stuck bool
+	short int // reads to cut short
 	txs   int
 	bytes int
 }
@@ -74,6 +79,14 @@ func (b *Bus) SetStuck(stuck bool) {
 	b.stuck = stuck
 }
 
+// FailShortRead makes the next n reads deliver only half their bytes and
+// fail with ErrShortRead.
+func (b *Bus) FailShortRead(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.short = n
+}
+
 // Counts returns the transactions made and the bytes moved (written and
 // read, addresses not counted) so far.
 func (b *Bus) Counts() (txs, bytes int) {
@@ -87,6 +100,10 @@ func (b *Bus) Tx(addr uint16, w, r []byte) error {
 	b.mu.Lock()
 	c, ok := b.chips[addr]
 	stuck := b.stuck
+	short := len(r) > 1 && b.short > 0
+	if short {
+		b.short--
+	}
 	b.txs++
 	b.bytes += len(w) + len(r)
 	b.mu.Unlock()
@@ -95,6 +112,15 @@ func (b *Bus) Tx(addr uint16, w, r []byte) error {
 	}
 	if !ok {
 		return fmt.Errorf("%w at address %#02x on %s", ErrNACK, addr, b.name)
+	}
+	if short {
+		full := make([]byte, len(r))
+		if err := c.Tx(w, full); err != nil {
+			return err
+		}
+		clear(r)
+		copy(r, full[:len(r)/2])
+		return fmt.Errorf("%w: got %d of %d bytes from %#02x", ErrShortRead, len(r)/2, len(r), addr)
 	}
 	return c.Tx(w, r)
 }

@@ -89,6 +89,10 @@ func TestFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	noSleep(d)
+	bus.FailShortRead(1)
+	if _, err := d.Sense(); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "bh1750 at 0x23: read measurement") {
+		t.Errorf("short read: %v", err)
+	}
 	chip.FailNACK(1)
 	if _, err := d.Sense(); !errors.Is(err, firmwaresim.ErrNACK) {
 		t.Errorf("NACK: %v", err)

@@ -132,6 +132,10 @@ func TestFaults(t *testing.T) {
 	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "start conversion") {
 		t.Errorf("NACK: %v", err)
 	}
+	bus.FailShortRead(1)
+	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "bme280 at 0x76: read data") {
+		t.Errorf("short read: %v", err)
+	}
 	bus.SetStuck(true)
 	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrStuck) {
 		t.Errorf("stuck bus: %v", err)

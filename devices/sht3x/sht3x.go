@@ -124,17 +124,23 @@ func (d *Dev) Sense(e *physic.Env) error {
 		return d.wrap("start measurement", err)
 	}
 	var b [6]byte
-	var err error
-	for try := 0; try < 4; try++ {
+	var first error
+	const tries = 4
+	for try := 0; ; try++ {
 		d.sleep(wait)
-		if err = d.d.Tx(nil, b[:]); err == nil {
+		err := d.d.Tx(nil, b[:])
+		if err == nil {
 			break
 		}
 		// §4.4: without clock stretching, the sensor NACKs the read
-		// header until the measurement is done.
-	}
-	if err != nil {
-		return d.wrap("read measurement", err)
+		// header until the measurement is done: read again. The first
+		// failure is the one reported.
+		if first == nil {
+			first = err
+		}
+		if try == tries-1 {
+			return d.wrap("read measurement", fmt.Errorf("%w (and %d more reads failed)", first, tries-1))
+		}
 	}
 	st, err := word(b[0:3])
 	if err != nil {

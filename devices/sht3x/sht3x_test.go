@@ -121,6 +121,10 @@ func TestFaults(t *testing.T) {
 	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "read measurement") {
 		t.Errorf("no result: %v", err)
 	}
+	bus.FailShortRead(1)
+	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "sht3x at 0x44: read measurement") {
+		t.Errorf("short read: %v", err)
+	}
 	bus.SetStuck(true)
 	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrStuck) {
 		t.Errorf("stuck bus: %v", err)
