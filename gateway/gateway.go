@@ -508,6 +508,8 @@ type Stats struct {
 	Sessions    int // persistent MQTT sessions kept across restarts
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
+	BytesIn    int64  // MQTT bytes received
+	BytesOut   int64  // MQTT bytes sent
 	Journal    JournalStats
 	Sensors    []SensorStatus `json:",omitempty"`
 }
@@ -523,6 +525,7 @@ type JournalStats struct {
 	Truncated          int64  // bytes cut from a torn journal tail at start
 	Lost               uint64 // records in damaged journal segments
 	BadRecords         uint64 // undecodable records skipped
+	FsyncLatency       Histogram
 }
 
 // Stats returns a snapshot of the counters.
@@ -544,6 +547,8 @@ func (g *Gateway) Stats() Stats {
 	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
 	s.Duplicates = g.duplicates.Load()
 	s.Sensors = g.sensorStatus()
+	s.BytesIn, s.BytesOut = atomic.LoadInt64(&g.server.Info.BytesReceived), atomic.LoadInt64(&g.server.Info.BytesSent)
+	s.Journal.FsyncLatency = g.j.fsync.snapshot()
 	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
 	s.Publishes = g.publishes.Load()
 	s.Refused = g.refused.Load()

@@ -9,13 +9,9 @@ import (
 	"github.com/edgegate/edgegate/gateway/payload"
 )
 
-var allReasons = [...]payload.Reason{
-	payload.ReasonEmpty, payload.ReasonTooLarge, payload.ReasonInvalidJSON, payload.ReasonNotNumber,
-	payload.ReasonNonFinite, payload.ReasonRange, payload.ReasonTimestamp, payload.ReasonUnsupported,
-	payload.ReasonNoValue, payload.ReasonName, payload.ReasonForm,
-}
+var allReasons = payload.AllReasons
 
-const numReasons = len(allReasons)
+const numReasons = len(payload.AllReasons)
 
 func reasonIndex(r payload.Reason) int {
 	for i, x := range allReasons {

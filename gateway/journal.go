@@ -273,6 +273,7 @@ type journal struct {
 	err  error // sticky: the log failed, or Run ended
 
 	written atomic.Int64 // bytes appended since the journal was opened
+	fsync   latencyHistogram
 }
 
 // applyBatch is a durable batch on its way to the applier.
@@ -511,7 +512,9 @@ func (j *journal) flush() error {
 	}
 	first, err := j.log.Append(recs...)
 	if err == nil {
+		t0 := time.Now()
 		err = j.log.Sync()
+		j.fsync.observe(time.Since(t0))
 	}
 	if err != nil {
 		err = fmt.Errorf("ingest journal: %w", err)
@@ -562,4 +565,47 @@ func writeRaw(cl *mqtt.Client, b []byte) error {
 	_, err := conn.Write(b)
 	conn.SetWriteDeadline(time.Time{})
 	return err
+}
+
+// fsyncBounds are the upper bounds of the fsync latency buckets, in
+// seconds: an SD card's fsync takes from under a millisecond to hundreds.
+var fsyncBounds = [...]float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+// latencyHistogram counts durations in fsyncBounds buckets, lock-free.
+type latencyHistogram struct {
+	buckets [len(fsyncBounds) + 1]atomic.Uint64 // the last is +Inf
+	sumNs   atomic.Int64
+}
+
+func (h *latencyHistogram) observe(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < len(fsyncBounds) && s > fsyncBounds[i] {
+		i++
+	}
+	h.buckets[i].Add(1)
+	h.sumNs.Add(int64(d))
+}
+
+// Histogram is a snapshot of a latency histogram: Counts[i] is the number
+// of observations at most Bounds[i] seconds (cumulative, as Prometheus
+// has them); Count includes those above the last bound.
+type Histogram struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64 // seconds
+}
+
+func (h *latencyHistogram) snapshot() Histogram {
+	out := Histogram{Bounds: fsyncBounds[:], Counts: make([]uint64, len(fsyncBounds)), Sum: time.Duration(h.sumNs.Load()).Seconds()}
+	var cum uint64
+	for i := range h.buckets {
+		cum += h.buckets[i].Load()
+		if i < len(fsyncBounds) {
+			out.Counts[i] = cum
+		}
+	}
+	out.Count = cum
+	return out
 }

@@ -96,6 +96,22 @@ func lockDataDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// storageWritable checks that the data directory takes a new file (a full
+// disk or a read-only remount fails it).
+func storageWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".readyz-*")
+	if err != nil {
+		return fmt.Errorf("data_dir %s: %w", dir, err)
+	}
+	_, err = f.Write([]byte{1})
+	f.Close()
+	os.Remove(f.Name())
+	if err != nil {
+		return fmt.Errorf("data_dir %s: %w", dir, err)
+	}
+	return nil
+}
+
 func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
 	policy := bridge.Backpressure
 	if cfg.Storage.FullPolicy == "drop_oldest" {
@@ -191,8 +207,8 @@ func (p *pipeline) status() status {
 }
 
 // handler serves /healthz (the process is alive), /readyz (the broker is
-// listening; says whether Kafka is reachable without failing readiness) and
-// /api/status (counters as JSON).
+// listening; says whether Kafka is reachable without failing readiness),
+// /api/status (counters as JSON) and /metrics (Prometheus).
 func (p *pipeline) handler() http.Handler {
 	mux := http.NewServeMux()
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
@@ -204,11 +220,19 @@ func (p *pipeline) handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": p.fwd.Stats().LinkUp})
+		body := map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": p.fwd.Stats().LinkUp}
+		if err := storageWritable(p.cfg.Gateway.DataDir); err != nil {
+			body["ready"], body["storage"] = false, err.Error()
+			writeJSON(w, http.StatusServiceUnavailable, body)
+			return
+		}
+		body["storage"] = "writable"
+		writeJSON(w, http.StatusOK, body)
 	})
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.status())
 	})
+	mux.Handle("GET /metrics", p.metricsHandler())
 	if p.cfg.HTTP.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

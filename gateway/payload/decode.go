@@ -29,6 +29,12 @@ const (
 	ReasonForm        Reason = "wrong_form"
 )
 
+// AllReasons lists every Reason, for counters and metrics.
+var AllReasons = [...]Reason{
+	ReasonEmpty, ReasonTooLarge, ReasonInvalidJSON, ReasonNotNumber, ReasonNonFinite, ReasonRange,
+	ReasonTimestamp, ReasonUnsupported, ReasonNoValue, ReasonName, ReasonForm,
+}
+
 // Error says why a payload, or one item of it, could not become a reading.
 type Error struct {
 	Reason Reason

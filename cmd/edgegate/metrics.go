@@ -1,0 +1,135 @@
+package main
+
+import (
+	"net/http"
+	"sort"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edgegate/edgegate/gateway/payload"
+)
+
+// metricsCollector exposes the gateway's and forwarder's counters at
+// scrape time: nothing is counted twice and the ingest path pays nothing
+// for metrics.
+type metricsCollector struct {
+	p *pipeline
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("edgegate_"+name, help, labels, nil)
+}
+
+var (
+	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid).", "outcome")
+	mRejected     = desc("payloads_rejected_total", "Payloads or payload items the decoder refused, by reason; each is a dead letter.", "reason")
+	mPublications = desc("publications_total", "Publications on reading topics.")
+	mRefused      = desc("quota_refused_total", "QoS 1/2 publications refused because the outbound queue was at its quota (backpressure).")
+	mDuplicates   = desc("duplicates_total", "QoS 1/2 resends of journaled publications, acknowledged and not counted again.")
+	mSummaries    = desc("summaries_total", "Summaries emitted, revisions included.")
+	mOpen         = desc("open_windows", "Windows open now.")
+	mCached       = desc("retained_windows_cached", "Closed windows held in memory for late revisions (all are on disk).")
+	mDevices      = desc("devices", "Devices seen since start or restored from the checkpoint.")
+	mSessions     = desc("mqtt_persistent_sessions", "Persistent MQTT sessions kept across restarts.")
+	mClients      = desc("mqtt_clients_connected", "MQTT clients connected.")
+	mBytesIn      = desc("mqtt_received_bytes_total", "MQTT bytes received.")
+	mBytesOut     = desc("mqtt_sent_bytes_total", "MQTT bytes sent.")
+	mQueueBytes   = desc("queue_bytes", "Bytes of the outbound queue on disk.")
+	mQueued       = desc("queue_records", "Records written to the outbound queue and not yet delivered: the gateway's own consumer lag.")
+	mEnqueued     = desc("queue_enqueued_total", "Records written to the outbound queue.")
+	mDelivered    = desc("queue_delivered_total", "Records delivered to Kafka.")
+	mDropped      = desc("queue_dropped_total", "Records dropped to respect storage.max_bytes.")
+	mLost         = desc("queue_lost_total", "Records lost in damaged queue segments (quarantined) or undecodable.")
+	mFull         = desc("queue_full", "1 while the outbound queue is over its backpressure mark.")
+	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
+	mConnects     = desc("kafka_connects_total", "Successful connections to Kafka.")
+	mSendErrors   = desc("kafka_send_errors_total", "Failed batch sends (each followed by a reconnect).")
+	mJournalBytes = desc("journal_bytes", "Bytes of the ingest journal on disk.")
+	mCPFailures   = desc("checkpoint_failures_total", "Checkpoints that could not be written.")
+	mReplayed     = desc("journal_replayed_events", "Journal events replayed at the last start.")
+	mFsync        = desc("journal_fsync_seconds", "Time taken by each fsync of the ingest journal.")
+	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
+	mSensorPolls  = desc("sensor_polls_total", "Successful polls of a sensor.", "sensor", "device")
+	mSensorErrors = desc("sensor_errors_total", "Failed opens and polls of a sensor.", "sensor", "device")
+)
+
+func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
+		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
+		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mSensorUp, mSensorPolls, mSensorErrors} {
+		ch <- d
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
+	g, f := c.p.gw.Stats(), c.p.fwd.Stats()
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	outcomes := make([]string, 0, len(g.Outcomes))
+	for o := range g.Outcomes {
+		outcomes = append(outcomes, o)
+	}
+	sort.Strings(outcomes)
+	for _, o := range outcomes {
+		counter(mReadings, float64(g.Outcomes[o]), o)
+	}
+	for _, r := range payload.AllReasons {
+		counter(mRejected, float64(g.Rejected[r]), string(r))
+	}
+	counter(mPublications, float64(g.Publishes))
+	counter(mRefused, float64(g.Refused))
+	counter(mDuplicates, float64(g.Duplicates))
+	counter(mSummaries, float64(g.Summaries))
+	gauge(mOpen, float64(g.OpenWindows))
+	gauge(mCached, float64(g.Retained))
+	gauge(mDevices, float64(g.Devices))
+	gauge(mSessions, float64(g.Sessions))
+	gauge(mClients, float64(g.Clients))
+	counter(mBytesIn, float64(g.BytesIn))
+	counter(mBytesOut, float64(g.BytesOut))
+	gauge(mQueueBytes, float64(f.QueueBytes))
+	gauge(mQueued, float64(f.Queued))
+	counter(mEnqueued, float64(f.Enqueued))
+	counter(mDelivered, float64(f.Delivered))
+	counter(mDropped, float64(f.Dropped))
+	counter(mLost, float64(f.Lost))
+	gauge(mFull, b2f(f.Full))
+	gauge(mLinkUp, b2f(f.LinkUp))
+	counter(mConnects, float64(f.Connects))
+	counter(mSendErrors, float64(f.SendErrors))
+	gauge(mJournalBytes, float64(g.Journal.Bytes))
+	counter(mCPFailures, float64(g.Journal.CheckpointFailures))
+	gauge(mReplayed, float64(g.Journal.Replayed))
+	h := g.Journal.FsyncLatency
+	buckets := make(map[float64]uint64, len(h.Bounds))
+	for i, b := range h.Bounds {
+		buckets[b] = h.Counts[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(mFsync, h.Count, h.Sum, buckets)
+	for _, s := range g.Sensors {
+		gauge(mSensorUp, b2f(s.Up), s.Sensor, s.Device)
+		counter(mSensorPolls, float64(s.Polls), s.Sensor, s.Device)
+		counter(mSensorErrors, float64(s.Errors), s.Sensor, s.Device)
+	}
+}
+
+// metricsHandler serves /metrics: the gateway's metrics, and the Go
+// runtime's and the process's (memory, CPU, file descriptors).
+func (p *pipeline) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metricsCollector{p}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
