@@ -31,6 +31,7 @@ Usage:
   edgegate run --config FILE     run the gateway
   edgegate demo [flags]          in-process Kafka, gateway and simulated devices
   edgegate check --config FILE   validate a config file and print the effective config
+  edgegate status [--url U]      the running gateway's state, from its HTTP endpoint
   edgegate sensors scan --bus B  list the devices on an I2C bus, naming BME280/SHT3x/BH1750
   edgegate version               print the version
 
@@ -68,6 +69,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdCheck(args[1:], stdout, stderr)
 	case "sensors":
 		err = cmdSensors(args[1:], stdout, stderr)
+	case "status":
+		err = cmdStatus(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintf(stdout, "edgegate %s (%s %s/%s)\n", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	case "help", "-h", "--help":

@@ -20,7 +20,8 @@ import (
 
 // TestMetrics runs the pipeline, publishes 2 good readings and 3 bad
 // payloads, and scrapes /metrics: the counters say exactly that, and the
-// exposition passes Prometheus's linter. /readyz reports storage writable.
+// exposition passes Prometheus's linter. /readyz reports storage writable;
+// edgegate status prints the same facts.
 func TestMetrics(t *testing.T) {
 	_, brokers := kafkatest.Start(t, 1, "edge.summaries", "edge.deadletter", "edge.offsets")
 	cfg := configs.Default()
@@ -98,6 +99,16 @@ func TestMetrics(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"storage":"writable"`) || !strings.Contains(string(b), `"ready":true`) {
 		t.Errorf("/readyz: %d %s", resp.StatusCode, b)
+	}
+	var out, errb strings.Builder
+	if code := runMain(ctx, []string{"status", "--url", "http://" + p.http.Addr().String()}, &out, &errb); code != 0 {
+		t.Fatalf("status: %d %s", code, errb.String())
+	}
+	for _, want := range []string{"gateway   metrics-gw (edgegate dev), up ", "mqtt      1 clients, 5 publications, 0 duplicates ignored, 0 refused at the quota",
+		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 3 payloads refused", "kafka     link "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("edgegate status lacks %q:\n%s", want, out.String())
+		}
 	}
 	problems, err := testutil.CollectAndLint(metricsCollector{p})
 	if err != nil {

@@ -66,12 +66,13 @@ func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
 
 // pipeline is the gateway, its forwarder and the HTTP endpoint.
 type pipeline struct {
-	cfg  *configs.Config
-	log  *slog.Logger
-	gw   *gateway.Gateway
-	fwd  *bridge.Forwarder
-	http net.Listener
-	lock *os.File // held while the pipeline runs: one gateway per data_dir
+	cfg     *configs.Config
+	log     *slog.Logger
+	gw      *gateway.Gateway
+	fwd     *bridge.Forwarder
+	http    net.Listener
+	lock    *os.File // held while the pipeline runs: one gateway per data_dir
+	started time.Time
 }
 
 // lockDataDir takes an exclusive lock on <dir>/lock, so that a second
@@ -140,7 +141,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		lock.Close()
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: time.Now().UTC()}
 	if cfg.HTTP.Listen != "" {
 		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
@@ -197,13 +198,14 @@ func (p *pipeline) run(ctx context.Context) error {
 type status struct {
 	Gateway string        `json:"gateway"`
 	Version string        `json:"version"`
+	Started time.Time     `json:"started"`
 	MQTT    gateway.Stats `json:"mqtt"`
 	Kafka   bridge.Stats  `json:"kafka"`
 	Now     time.Time     `json:"now"`
 }
 
 func (p *pipeline) status() status {
-	return status{Gateway: p.cfg.Gateway.ID, Version: version, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: time.Now().UTC()}
+	return status{Gateway: p.cfg.Gateway.ID, Version: version, Started: p.started, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: time.Now().UTC()}
 }
 
 // handler serves /healthz (the process is alive), /readyz (the broker is

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/edgegate/edgegate/configs"
+)
+
+// cmdStatus is "edgegate status": the running gateway's facts, read from
+// its /api/status.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flagSet("status", stderr)
+	url := fs.String("url", "", "the gateway's HTTP endpoint, e.g. http://127.0.0.1:9100 (default: http.listen of --config, or of the default config)")
+	path := fs.String("config", "", "config file whose http.listen to use")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *url == "" {
+		cfg := configs.Default()
+		if *path != "" {
+			c, err := loadConfig(*path)
+			if err != nil {
+				return err
+			}
+			cfg = *c
+		}
+		if cfg.HTTP.Listen == "" {
+			return usageError{errors.New("status: http.listen is empty in the config; give --url")}
+		}
+		*url = "http://" + cfg.HTTP.Listen
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(*url, "/")+"/api/status", nil)
+	if err != nil {
+		return usageError{fmt.Errorf("status: --url: %w", err)}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("status: is the gateway running? %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status: %s answered %s", *url, resp.Status)
+	}
+	var st status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return fmt.Errorf("status: %s: %w", *url, err)
+	}
+	printStatus(stdout, st)
+	return nil
+}
+
+func printStatus(w io.Writer, st status) {
+	m, k := st.MQTT, st.Kafka
+	row := func(name, format string, args ...any) {
+		fmt.Fprintf(w, "%-9s "+format+"\n", append([]any{name}, args...)...)
+	}
+	row("gateway", "%s (edgegate %s), up %s", st.Gateway, st.Version, st.Now.Sub(st.Started).Round(time.Second))
+	dead := uint64(0)
+	for _, n := range m.Rejected {
+		dead += n
+	}
+	row("mqtt", "%d clients, %d publications, %d duplicates ignored, %d refused at the quota", m.Clients, m.Publishes, m.Duplicates, m.Refused)
+	row("readings", "%d aggregated, %d late revisions, %d too late, %d future, %d evicted, %d invalid, %d payloads refused",
+		m.Outcomes["aggregated"], m.Outcomes["late_revised"], m.Outcomes["too_late"], m.Outcomes["future"],
+		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], dead)
+	row("windows", "%d open, %d closed in memory, %d devices, %d summaries emitted", m.OpenWindows, m.Retained, m.Devices, m.Summaries)
+	link := "down"
+	if k.LinkUp {
+		link = "up"
+	}
+	row("kafka", "link %s, %d records queued (%.1f MiB), %d delivered, %d dropped, %d lost, %d connects, %d send errors",
+		link, k.Queued, float64(k.QueueBytes)/(1<<20), k.Delivered, k.Dropped, k.Lost, k.Connects, k.SendErrors)
+	h := m.Journal.FsyncLatency
+	avg := 0.0
+	if h.Count > 0 {
+		avg = h.Sum / float64(h.Count) * 1000
+	}
+	row("journal", "%.1f MiB, checkpoint at %d of %d, %d fsyncs (mean %.2f ms), %d replayed at start",
+		float64(m.Journal.Bytes)/(1<<20), m.Journal.Checkpoint, m.Journal.Applied, h.Count, avg, m.Journal.Replayed)
+	for _, s := range m.Sensors {
+		state := "up"
+		if !s.Up {
+			state = "DOWN"
+		}
+		row("sensor", "%s as %s: %s, %d polls, %d errors %s", s.Sensor, s.Device, state, s.Polls, s.Errors, s.LastError)
+	}
+}
