@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
 
-.PHONY: help build demo test lint check bench fuzz cross e2e crash-long clean
+.PHONY: help build demo test lint check bench fuzz cross deb e2e crash-long clean
 
 help:
 	@echo "make demo    first run: in-process Kafka, the gateway and a simulated fleet"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
 	@echo "make fuzz    fuzz the payload decoder for FUZZTIME (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
+	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
 	@echo "make build   bin/edgegate for this machine"
 
 build:
@@ -54,8 +55,21 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-arm64 ./cmd/edgegate
 	@ls -l $(DIST)/edgegate-linux-* | awk '{printf "%-32s %6.1f MiB\n", $$9, $$5/1048576}'
 
+# Debian packages: armhf (the ARMv6 build, which Raspberry Pi OS's armhf
+# needs for a Pi Zero/1 and runs everywhere else), arm64 and amd64.
+DEB_VERSION ?= 0.1.0~git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0)
+deb: cross
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-amd64 ./cmd/edgegate
+	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-armv6 $(DIST)/pkg/edgegate
+	DEB_ARCH=armhf VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-arm64 $(DIST)/pkg/edgegate
+	DEB_ARCH=arm64 VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-amd64 $(DIST)/pkg/edgegate
+	DEB_ARCH=amd64 VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	@ls -l $(DIST)/*.deb | awk '{printf "%-48s %6.1f MiB\n", $$9, $$5/1048576}'
+
 e2e:
-	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage' -v ./cmd/edgegate
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long
