@@ -162,6 +162,10 @@ type device struct {
 	series   []*series
 	open     int   // open windows over all series
 	minEnd   int64 // smallest end among open windows, valid when open > 0
+	// outcomes counts the device's readings by outcome since the process
+	// started (statistics: not in snapshots). Future and Invalid readings
+	// are refused before the device is looked up and are not counted here.
+	outcomes [Invalid + 1]uint64
 }
 
 type series struct {
@@ -188,8 +192,9 @@ type Aggregator struct {
 	head     int
 	free     []*window
 	counts   Counts
-	added    bool  // a reading arrived since the last Tick
-	store    Store // closed windows beyond the RAM cache; nil keeps them all in RAM
+	added    bool    // a reading arrived since the last Tick
+	last     *device // the device of the latest lookup
+	store    Store   // closed windows beyond the RAM cache; nil keeps them all in RAM
 }
 
 // New returns an Aggregator. now is the clock used for future-skew checks and
@@ -241,7 +246,36 @@ func (a *Aggregator) Add(r Reading) Outcome {
 	a.added = true
 	o := a.add(r)
 	a.counts.Readings[o]++
+	if d := a.last; d != nil && d.id == r.Device {
+		d.outcomes[o]++
+	}
 	return o
+}
+
+// DeviceStat is one device's state, for status pages and metrics.
+type DeviceStat struct {
+	ID          string
+	LastSeen    time.Time // gateway clock at its latest reading
+	Watermark   time.Time // its event-time watermark (zero before any reading)
+	OpenWindows int
+	Aggregated  uint64 // readings into open windows since start
+	Revised     uint64 // late readings that revised a closed window
+	TooLate     uint64 // readings beyond the allowed lateness
+}
+
+// DeviceStats calls fn for each device in order of first reading, until fn
+// returns false.
+func (a *Aggregator) DeviceStats(fn func(DeviceStat) bool) {
+	for _, d := range a.devList {
+		st := DeviceStat{ID: d.id, LastSeen: time.Unix(0, d.lastSeen).UTC(), OpenWindows: d.open,
+			Aggregated: d.outcomes[Aggregated], Revised: d.outcomes[Revised], TooLate: d.outcomes[TooLate]}
+		if d.hasEvent {
+			st.Watermark = time.Unix(0, d.watermark(a.cfg.MaxOutOfOrder)).UTC()
+		}
+		if !fn(st) {
+			return
+		}
+	}
 }
 
 func (a *Aggregator) add(r Reading) Outcome {
@@ -322,6 +356,7 @@ func (d *device) watermark(ooo time.Duration) int64 { return d.maxEvent - int64(
 // the aggregator never pins the caller's buffers.
 func (a *Aggregator) lookup(r Reading) *series {
 	if s, ok := a.series[seriesKey{r.Device, r.Metric}]; ok {
+		a.last = s.dev
 		return s
 	}
 	d, ok := a.devices[r.Device]
@@ -331,6 +366,7 @@ func (a *Aggregator) lookup(r Reading) *series {
 		a.devList = append(a.devList, d)
 	}
 	s := &series{dev: d, metric: cloneString(r.Metric)}
+	a.last = d
 	d.series = append(d.series, s)
 	a.series[seriesKey{d.id, s.metric}] = s
 	return s

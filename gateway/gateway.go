@@ -78,7 +78,10 @@ type Gateway struct {
 	lastCP   uint64 // sequence of the latest checkpoint written
 
 	sensors []*sensorState // the gateway's own I2C sensors
-	hook    *hook
+
+	recent     [20]RecentDeadLetter // the latest dead letters, a ring (under mu)
+	recentNext int
+	hook       *hook
 
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
@@ -343,10 +346,22 @@ func (g *Gateway) emitSummary(s aggregate.Summary) {
 }
 
 func (g *Gateway) emitDeadLetter(d bridge.DeadLetter) {
+	g.recent[g.recentNext%len(g.recent)] = RecentDeadLetter{At: d.ReceivedAt.UTC(), Reason: d.Reason, Device: d.Device, Topic: d.Topic, Detail: d.Detail}
+	g.recentNext++
 	if m, ok := g.nextMark(); ok {
 		g.out.DeadLetter(d, m)
 	}
 }
+
+// RecentDeadLetter is one of the latest dead letters, for the status page.
+type RecentDeadLetter struct {
+	At                            time.Time
+	Reason, Device, Topic, Detail string
+}
+
+// maxDeviceStats caps the devices listed in Stats (the status page's
+// table); the rest are counted in Devices.
+const maxDeviceStats = 1000
 
 func (g *Gateway) nextMark() (bridge.Mark, bool) {
 	g.cur.N++
@@ -512,6 +527,10 @@ type Stats struct {
 	BytesOut   int64  // MQTT bytes sent
 	Journal    JournalStats
 	Sensors    []SensorStatus `json:",omitempty"`
+	// DeviceList is up to 1,000 devices, in order of first reading.
+	DeviceList []aggregate.DeviceStat
+	// RecentDeadLetters are the latest dead letters, newest first.
+	RecentDeadLetters []RecentDeadLetter
 }
 
 // JournalStats describes the ingest journal and the last recovery.
@@ -540,6 +559,13 @@ func (g *Gateway) Stats() Stats {
 		Sessions:    len(g.sessions),
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
+	g.agg.DeviceStats(func(d aggregate.DeviceStat) bool {
+		s.DeviceList = append(s.DeviceList, d)
+		return len(s.DeviceList) < maxDeviceStats
+	})
+	for i := range min(g.recentNext, len(g.recent)) {
+		s.RecentDeadLetters = append(s.RecentDeadLetters, g.recent[(g.recentNext-1-i)%len(g.recent)])
+	}
 	g.mu.Unlock()
 	js := g.jlog.Stats()
 	s.Journal.Bytes, s.Journal.Truncated, s.Journal.Lost = js.Bytes, js.Truncated, js.Lost

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,6 +97,11 @@ func lockDataDir(dir string) (*os.File, error) {
 	fmt.Fprintf(f, "%d\n", os.Getpid())
 	return f, nil
 }
+
+// statusPage is served at /: one self-contained page that refreshes itself.
+//
+//go:embed status.html
+var statusPage []byte
 
 // storageWritable checks that the data directory takes a new file (a full
 // disk or a read-only remount fails it).
@@ -210,7 +216,8 @@ func (p *pipeline) status() status {
 
 // handler serves /healthz (the process is alive), /readyz (the broker is
 // listening; says whether Kafka is reachable without failing readiness),
-// /api/status (counters as JSON) and /metrics (Prometheus).
+// /api/status (counters as JSON), /metrics (Prometheus) and / (a status
+// page that refreshes itself from /api/status; no external assets).
 func (p *pipeline) handler() http.Handler {
 	mux := http.NewServeMux()
 	writeJSON := func(w http.ResponseWriter, code int, v any) {
@@ -235,6 +242,11 @@ func (p *pipeline) handler() http.Handler {
 		writeJSON(w, http.StatusOK, p.status())
 	})
 	mux.Handle("GET /metrics", p.metricsHandler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
+		w.Write(statusPage)
+	})
 	if p.cfg.HTTP.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
