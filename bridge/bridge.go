@@ -98,6 +98,7 @@ type Stats struct {
 	QueueBytes  int64
 	Enqueued    uint64
 	Delivered   uint64
+	Batches     uint64 // batches delivered (each one transaction with exactly-once delivery)
 	Dropped     uint64 // records dropped to respect the quota
 	Full        bool   // the queue is over its backpressure mark
 	LinkUp      bool
@@ -106,6 +107,15 @@ type Stats struct {
 	Truncated   int64  // bytes cut from a damaged queue tail at start-up
 	Quarantined int    // damaged queue segments set aside
 	Lost        uint64 // records in damaged segments
+	// OldestAge is how long the oldest undelivered record has been queued
+	// (to a second; records queued before this process started count from
+	// its start). Zero when nothing is queued.
+	OldestAge time.Duration
+}
+
+type enqueueTime struct {
+	seq uint64
+	at  time.Time
 }
 
 // Forwarder keeps outbound records in a crash-safe queue on disk and
@@ -123,6 +133,11 @@ type Forwarder struct {
 	saved    time.Time // when the position was last written to disk
 	encBuf   []byte
 	stored   Mark // mark of the last record enqueued (or found at open)
+	// ages notes, at most once a second, the queue sequence enqueued at a
+	// wall time, from the delivered position on: the age of the oldest
+	// undelivered record, to a second.
+	ages   []enqueueTime
+	opened time.Time
 }
 
 // NewForwarder opens (and recovers) the outbound queue in opts.Dir and
@@ -160,7 +175,7 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q}
+	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q, opened: time.Now()}
 	if f.stored, err = lastMark(q); err != nil {
 		q.Close()
 		return nil, err
@@ -267,9 +282,12 @@ func (f *Forwarder) Enqueue(r Record, m Mark) {
 	}
 	f.encBuf = encodeRecord(f.encBuf[:0], r, m)
 	for {
-		_, err := f.q.Append(f.encBuf)
+		seq, err := f.q.Append(f.encBuf)
 		if err == nil {
 			f.stats.Enqueued++
+			if now := time.Now(); len(f.ages) == 0 || now.Sub(f.ages[len(f.ages)-1].at) >= time.Second {
+				f.ages = append(f.ages, enqueueTime{seq, now})
+			}
 			break
 		}
 		if errors.Is(err, queue.ErrFull) {
@@ -316,6 +334,13 @@ func (f *Forwarder) Stats() Stats {
 	}
 	s.QueueBytes = qs.Bytes
 	s.Quarantined, s.Lost = qs.Quarantined, qs.Lost
+	if s.Queued > 0 {
+		oldest := f.opened // queued before this process started
+		if len(f.ages) > 0 && f.ages[0].seq <= f.position {
+			oldest = f.ages[0].at
+		}
+		s.OldestAge = time.Since(oldest).Truncate(time.Second)
+	}
 	s.Full = f.opts.Policy == Backpressure && qs.Bytes >= f.opts.MaxBytes/10*9
 	return s
 }
@@ -632,6 +657,14 @@ func (f *Forwarder) commit(next uint64, n int, force bool) error {
 	f.mu.Lock()
 	f.position = next
 	f.stats.Delivered += uint64(n)
+	if n > 0 {
+		f.stats.Batches++
+	}
+	i := 0
+	for i+1 < len(f.ages) && f.ages[i+1].seq <= next {
+		i++
+	}
+	f.ages = f.ages[i:]
 	due := force || time.Since(f.saved) >= f.opts.PositionInterval
 	f.mu.Unlock()
 	if !due {

@@ -433,3 +433,22 @@ func TestOutageExactlyOnce(t *testing.T) {
 		t.Errorf("%d records, %d distinct, want %d", len(msgs), len(seen), total)
 	}
 }
+
+// TestOldestAge: with Kafka unreachable, the age of the oldest undelivered
+// record grows with the wall clock; an empty queue has none.
+func TestOldestAge(t *testing.T) {
+	f := newForwarder(t, bridge.Options{Dir: t.TempDir(), Grace: time.Millisecond}, []string{kafkatest.Addr(kafkatest.FreePort(t))})
+	if age := f.Stats().OldestAge; age != 0 {
+		t.Errorf("empty queue: oldest age %v", age)
+	}
+	f.Summary(summary("d", 0), bridge.Mark{})
+	time.Sleep(1100 * time.Millisecond)
+	f.Summary(summary("d", 1), bridge.Mark{})
+	if st := f.Stats(); st.Queued != 2 || st.OldestAge < time.Second || st.OldestAge > 3*time.Second {
+		t.Errorf("queued %d, oldest age %v; want 2 and about 1s", st.Queued, st.OldestAge)
+	}
+	stop := run(t, f)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"sort"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -10,6 +11,12 @@ import (
 
 	"github.com/edgegate/edgegate/gateway/payload"
 )
+
+// maxDeviceMetrics bounds the per-device series: a gateway may serve
+// thousands of devices, and a Prometheus series per device each would
+// dominate a central server's load. The rule is simple to explain: the first
+// 100 devices in order of first reading; the rest are counted.
+const maxDeviceMetrics = 100
 
 // metricsCollector exposes the gateway's and forwarder's counters at
 // scrape time: nothing is counted twice and the ingest path pays nothing
@@ -50,6 +57,11 @@ var (
 	mCPFailures   = desc("checkpoint_failures_total", "Checkpoints that could not be written.")
 	mReplayed     = desc("journal_replayed_events", "Journal events replayed at the last start.")
 	mFsync        = desc("journal_fsync_seconds", "Time taken by each fsync of the ingest journal.")
+	mOldest       = desc("queue_oldest_age_seconds", "How long the oldest undelivered record has been queued (to a second; records queued before the process started count from its start).")
+	mBatches      = desc("kafka_batches_total", "Batches delivered to Kafka; with kafka.exactly_once each is one committed transaction (failed ones are kafka_send_errors_total).")
+	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
+	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
+	mDevUnlisted  = desc("devices_unlisted", "Devices beyond the first 100, left out of the per-device metrics to bound their cardinality.")
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
 	mSensorPolls  = desc("sensor_polls_total", "Successful polls of a sensor.", "sensor", "device")
 	mSensorErrors = desc("sensor_errors_total", "Failed opens and polls of a sensor.", "sensor", "device")
@@ -58,7 +70,8 @@ var (
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
 		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
-		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mSensorUp, mSensorPolls, mSensorErrors} {
+		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
+		mDevUnlisted, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
 	}
 }
@@ -119,6 +132,23 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		buckets[b] = h.Counts[i]
 	}
 	ch <- prometheus.MustNewConstHistogram(mFsync, h.Count, h.Sum, buckets)
+	gauge(mOldest, f.OldestAge.Seconds())
+	counter(mBatches, float64(f.Batches))
+	now := time.Now()
+	listed := 0
+	for _, d := range g.DeviceList {
+		if listed == maxDeviceMetrics {
+			break
+		}
+		listed++
+		gauge(mDevLastSeen, now.Sub(d.LastSeen).Seconds(), d.ID)
+		lag := 0.0
+		if !d.Watermark.IsZero() {
+			lag = now.Sub(d.Watermark).Seconds()
+		}
+		gauge(mDevWMLag, lag, d.ID)
+	}
+	gauge(mDevUnlisted, float64(g.Devices-listed))
 	for _, s := range g.Sensors {
 		gauge(mSensorUp, b2f(s.Up), s.Sensor, s.Device)
 		counter(mSensorPolls, float64(s.Polls), s.Sensor, s.Device)

@@ -84,6 +84,11 @@ func TestMetrics(t *testing.T) {
 		`edgegate_quota_refused_total 0`,
 		`edgegate_mqtt_clients_connected 1`,
 		`edgegate_journal_fsync_seconds_count `,
+		`edgegate_device_last_seen_age_seconds{device="m-dev"} `,
+		`edgegate_device_watermark_lag_seconds{device="m-dev"} `,
+		`edgegate_devices_unlisted 0`,
+		`edgegate_queue_oldest_age_seconds `,
+		`edgegate_kafka_batches_total `,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
