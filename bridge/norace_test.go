@@ -1,0 +1,5 @@
+//go:build !race
+
+package bridge_test
+
+const raceDetector = false
