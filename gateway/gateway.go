@@ -81,7 +81,6 @@ type Gateway struct {
 
 	recent     [20]RecentDeadLetter // the latest dead letters, a ring (under mu)
 	recentNext int
-	hook       *hook
 
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
@@ -145,7 +144,6 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
 	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
-	g.hook = h
 	if err := g.server.AddHook(h, nil); err != nil {
 		g.closeFiles()
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
@@ -393,9 +391,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.closeFiles()
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
-	// mochi does not count the subscriptions it loads from storage; the
-	// hook routes publications only when the count is non-zero.
-	atomic.AddInt64(&g.server.Info.Subscriptions, g.hook.loadedSubs)
 	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
 	sctx, scancel := context.WithCancel(ctx)
 	var sensors sync.WaitGroup

@@ -23,8 +23,6 @@ type hook struct {
 	mqtt.HookBase
 	g    *Gateway
 	auth *authenticator
-
-	loadedSubs int64 // subscriptions given to mochi at start
 }
 
 func (h *hook) ID() string { return "edgegate" }
@@ -236,7 +234,10 @@ func (h *hook) StoredSubscriptions() ([]storage.Subscription, error) {
 				RetainHandling: s.retainHandling, NoLocal: s.noLocal, RetainAsPublished: s.retainAsPublish, Identifier: s.identifier})
 		}
 	}
-	h.loadedSubs = int64(len(v))
+	// mochi does not count the subscriptions it loads, and OnPublish
+	// routes publications only when the count is non-zero: count them
+	// here, before the listeners accept anyone.
+	atomic.AddInt64(&h.g.server.Info.Subscriptions, int64(len(v)))
 	return v, nil
 }
 
