@@ -561,6 +561,26 @@ func rawConnect(t *testing.T, addr, id string, clean bool) (*rawClient, bool) {
 
 func ptr[T any](v T) *T { return &v }
 
+// runGateway starts a gateway on cfg with an output that only counts, and
+// returns it with a function that stops it (requiring a clean stop). A
+// test calls it again on the same data directory to restart.
+func runGateway(t *testing.T, cfg *configs.Config) (*gateway.Gateway, func()) {
+	t.Helper()
+	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	return gw, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	}
+}
+
 // settled polls the gateway's counters until ok holds, for at most 5 s,
 // and returns them: a reading is applied shortly after its PUBACK.
 func settled(t *testing.T, gw *gateway.Gateway, ok func(gateway.Stats) bool) gateway.Stats {
@@ -631,21 +651,7 @@ func (c *rawClient) publish(pid uint16, dup bool, topic, payload string) byte {
 // counts.
 func TestRedeliveryAcrossRestart(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	start := func() (*gateway.Gateway, func()) {
-		gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- gw.Run(ctx) }()
-		return gw, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway: %v", err)
-			}
-		}
-	}
+	start := func() (*gateway.Gateway, func()) { return runGateway(t, cfg) }
 	const topic = "sensors/dev-r/t"
 	gw, stop := start()
 	c, present := rawConnect(t, gw.Addr(), "dev-r", true)
@@ -737,21 +743,7 @@ func TestDataDirInUse(t *testing.T) {
 // "packet identifier not found"); the reading counts once.
 func TestQoS2AcrossRestart(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	start := func() (*gateway.Gateway, func()) {
-		gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- gw.Run(ctx) }()
-		return gw, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway: %v", err)
-			}
-		}
-	}
+	start := func() (*gateway.Gateway, func()) { return runGateway(t, cfg) }
 	gw, stop := start()
 	c, _ := rawConnect(t, gw.Addr(), "dev-q2", true)
 	pub := packets.NewControlPacket(packets.PUBLISH)
@@ -931,21 +923,7 @@ func TestSensorsEndToEnd(t *testing.T) {
 // device's reading.
 func TestSubscriptionsSurviveRestart(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	start := func() (*gateway.Gateway, func()) {
-		gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- gw.Run(ctx) }()
-		return gw, func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway: %v", err)
-			}
-		}
-	}
+	start := func() (*gateway.Gateway, func()) { return runGateway(t, cfg) }
 	gw, stop := start()
 	sub, _ := rawConnect(t, gw.Addr(), "dashboard", true)
 	sp := packets.NewControlPacket(packets.SUBSCRIBE)

@@ -340,80 +340,57 @@ func (j *journal) publish(cl *mqtt.Client, flags byte, pid uint16, topic string,
 	return b, nil
 }
 
-// local journals a publication the gateway makes itself (its own
-// sensors), as QoS 0 from client.
-func (j *journal) local(client, topic string, payload []byte) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendPublish(b.buf, at, 0, 0, client, topic, payload)
-	j.end(b)
-	return nil
-}
-
-// clock journals a tick or the shutdown flush.
-func (j *journal) clock(kind byte) (*jbatch, error) {
+// event journals one record that appendTo writes at the end of the
+// current batch, given the event time. Publications from clients have
+// their own, allocation-free path (publish).
+func (j *journal) event(appendTo func(b []byte, at int64) []byte) (*jbatch, error) {
 	b, at, err := j.begin()
 	if err != nil {
 		return nil, err
 	}
-	b.buf = appendClock(b.buf, kind, at)
+	b.buf = appendTo(b.buf, at)
 	j.end(b)
 	return b, nil
 }
 
+// local journals a publication the gateway makes itself (its own
+// sensors), as QoS 0 from client.
+func (j *journal) local(client, topic string, payload []byte) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendPublish(b, at, 0, 0, client, topic, payload) })
+	return err
+}
+
+// clock journals a tick or the shutdown flush.
+func (j *journal) clock(kind byte) (*jbatch, error) {
+	return j.event(func(b []byte, at int64) []byte { return appendClock(b, kind, at) })
+}
+
 func (j *journal) sessionStart(client string, s session) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendSessionStart(b.buf, at, client, s)
-	j.end(b)
-	return nil
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionStart(b, at, client, s) })
+	return err
 }
 
 func (j *journal) sessionEnd(client string) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendSessionEnd(b.buf, at, client)
-	j.end(b)
-	return nil
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionEnd(b, at, client) })
+	return err
 }
 
 // subscribe journals a subscription of client to filter.
 func (j *journal) subscribe(client, filter string, s subscription) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendSubscribe(b.buf, at, client, filter, s)
-	j.end(b)
-	return nil
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSubscribe(b, at, client, filter, s) })
+	return err
 }
 
 // unsubscribe journals the end of a subscription.
 func (j *journal) unsubscribe(client, filter string) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendUnsubscribe(b.buf, at, client, filter)
-	j.end(b)
-	return nil
+	_, err := j.event(func(b []byte, at int64) []byte { return appendUnsubscribe(b, at, client, filter) })
+	return err
 }
 
 // pubrel journals that a QoS 2 exchange the client began is complete.
 func (j *journal) pubrel(client string, pid uint16) error {
-	b, at, err := j.begin()
-	if err != nil {
-		return err
-	}
-	b.buf = appendPubrel(b.buf, at, client, pid)
-	j.end(b)
-	return nil
+	_, err := j.event(func(b []byte, at int64) []byte { return appendPubrel(b, at, client, pid) })
+	return err
 }
 
 // wait blocks until b is durable.
