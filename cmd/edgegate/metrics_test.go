@@ -18,14 +18,14 @@ import (
 	"github.com/edgegate/edgegate/configs"
 )
 
-// TestMetrics runs the pipeline, publishes 2 good readings and 3 bad
-// payloads, and scrapes /metrics: the counters say exactly that, and the
-// exposition passes Prometheus's linter. /readyz reports storage writable;
-// edgegate status prints the same facts.
-func TestMetrics(t *testing.T) {
+// runPipeline runs the whole pipeline (gateway, forwarder, HTTP endpoint
+// on a free port) against kfake until the test ends, and requires a clean
+// stop. The context ends with the test.
+func runPipeline(t *testing.T, id string) (context.Context, *pipeline) {
+	t.Helper()
 	_, brokers := kafkatest.Start(t, 1, "edge.summaries", "edge.deadletter", "edge.offsets")
 	cfg := configs.Default()
-	cfg.Gateway.ID, cfg.Gateway.DataDir = "metrics-gw", t.TempDir()
+	cfg.Gateway.ID, cfg.Gateway.DataDir = id, t.TempDir()
 	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Kafka.Brokers = brokers
@@ -33,19 +33,28 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(kafkaOptions(&cfg, "metrics-test")), time.Now)
+	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(kafkaOptions(&cfg, id)), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
-	}()
+	})
+	return ctx, p
+}
+
+// TestMetrics runs the pipeline, publishes 2 good readings and 3 bad
+// payloads, and scrapes /metrics: the counters say exactly that, and the
+// exposition passes Prometheus's linter. /readyz reports storage writable;
+// edgegate status prints the same facts.
+func TestMetrics(t *testing.T) {
+	ctx, p := runPipeline(t, "metrics-gw")
 
 	conn, err := net.Dial("tcp", p.gw.Addr())
 	if err != nil {

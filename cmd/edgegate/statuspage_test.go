@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,10 +14,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/eclipse/paho.golang/paho"
-
-	"github.com/edgegate/edgegate/bridge"
-	"github.com/edgegate/edgegate/bridge/kafkatest"
-	"github.com/edgegate/edgegate/configs"
 )
 
 // TestStatusPage loads the status page from a running gateway in headless
@@ -28,23 +22,7 @@ import (
 // and saves a PNG screenshot (its path is in the log).
 func TestStatusPage(t *testing.T) {
 	need(t, "chromium")
-	_, brokers := kafkatest.Start(t, 1, "edge.summaries", "edge.deadletter", "edge.offsets")
-	cfg := configs.Default()
-	cfg.Gateway.ID, cfg.Gateway.DataDir = "page-gw", t.TempDir()
-	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
-	cfg.HTTP.Listen = "127.0.0.1:0"
-	cfg.Kafka.Brokers = brokers
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	p, err := newPipeline(&cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), bridge.NewKafkaConnector(kafkaOptions(&cfg, "page-test")), time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx, p := runPipeline(t, "page-gw")
 	for i, dev := range []string{"page-dev-1", "page-dev-2", "page-dev-3"} {
 		conn, err := net.Dial("tcp", p.gw.Addr())
 		if err != nil {
@@ -72,7 +50,7 @@ func TestStatusPage(t *testing.T) {
 	defer bcancel()
 	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
 	defer tcancel()
-	err = chromedp.Do(bctx,
+	err := chromedp.Do(bctx,
 		chromedp.Navigate("http://"+p.http.Addr().String()+"/"),
 		chromedp.WaitVisible(chromedp.CSS(`#devices tbody tr:nth-child(3)`)),
 		chromedp.WaitVisible(chromedp.CSS(`#dead tbody tr`)),
