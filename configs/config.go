@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"reflect"
 	"regexp"
@@ -91,6 +93,63 @@ type MQTT struct {
 	ClientReadBuffer  int `yaml:"client_read_buffer_bytes"`
 	ClientWriteBuffer int `yaml:"client_write_buffer_bytes"`
 	ReceiveMaximum    int `yaml:"receive_maximum"`
+
+	TLS       TLSListener `yaml:"tls"`
+	WebSocket WebSocket   `yaml:"websocket"`
+	ACL       ACL         `yaml:"acl"`
+
+	// Limits. Each refusal is counted in edgegate_mqtt_refused_total.
+	TopicAliasMaximum int      `yaml:"topic_alias_maximum"`
+	MaxSessionExpiry  Duration `yaml:"max_session_expiry"`
+	MaxClients        int      `yaml:"max_clients"`
+	MaxSubscriptions  int      `yaml:"max_subscriptions_per_client"`
+	ConnectTimeout    Duration `yaml:"connect_timeout"`
+	ConnectRate       float64  `yaml:"connect_rate_per_address"`
+	ConnectBurst      int      `yaml:"connect_burst_per_address"`
+	ConnectRateExempt []string `yaml:"connect_rate_exempt"`
+	PublishRate       float64  `yaml:"publish_rate_per_client"`
+	MaxKeepAlive      Duration `yaml:"max_keep_alive"`
+}
+
+// TLSListener is the broker's MQTT over TLS listener.
+type TLSListener struct {
+	// Listen is host:port; empty disables the listener.
+	Listen   string `yaml:"listen"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile, if set, verifies client certificates against these CAs;
+	// a verified certificate's common name (or first DNS SAN) is the
+	// client's identity.
+	ClientCAFile      string `yaml:"client_ca_file"`
+	RequireClientCert bool   `yaml:"require_client_cert"`
+}
+
+// WebSocket is the broker's optional MQTT over WebSocket listener.
+type WebSocket struct {
+	Listen string `yaml:"listen"`
+	// TLS serves wss:// with mqtt.tls's certificate.
+	TLS bool `yaml:"tls"`
+}
+
+// ACL says which topics each client may publish to and subscribe to.
+type ACL struct {
+	// Users gives an identity a role; every other authenticated identity is
+	// a device.
+	Users map[string]string `yaml:"users"`
+	// AnonymousRole is the role of clients let in by allow_anonymous. Their
+	// identity is their client id.
+	AnonymousRole string `yaml:"anonymous_role"`
+	// Roles adds roles or replaces the built-in device, subscriber and
+	// admin roles.
+	Roles map[string]Role `yaml:"roles"`
+}
+
+// Role is a set of topic filters, in which {username} stands for the
+// client's identity and {clientid} for its client id, each filling whole
+// topic levels.
+type Role struct {
+	Publish   []string `yaml:"publish"`
+	Subscribe []string `yaml:"subscribe"`
 }
 
 // Aggregate sets the windowing rules.
@@ -112,8 +171,53 @@ type Kafka struct {
 	// ExactlyOnce writes each batch in a Kafka transaction together with the
 	// gateway's delivered position (in OffsetsTopic), with transactional id
 	// "edgegate-<gateway.id>". Off: idempotent, at-least-once delivery.
-	ExactlyOnce  bool   `yaml:"exactly_once"`
-	OffsetsTopic string `yaml:"offsets_topic"`
+	ExactlyOnce  bool      `yaml:"exactly_once"`
+	OffsetsTopic string    `yaml:"offsets_topic"`
+	TLS          KafkaTLS  `yaml:"tls"`
+	SASL         KafkaSASL `yaml:"sasl"`
+}
+
+// KafkaTLS configures TLS to the brokers.
+type KafkaTLS struct {
+	Enabled bool `yaml:"enabled"`
+	// CAFile verifies the brokers; empty uses the system's CAs.
+	CAFile string `yaml:"ca_file"`
+	// CertFile and KeyFile are the gateway's client certificate (mutual
+	// TLS), if the brokers want one.
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+}
+
+// KafkaSASL configures SASL authentication to the brokers. The password
+// comes from a file or an environment variable, never from this file.
+type KafkaSASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables
+	// SASL.
+	Mechanism    string `yaml:"mechanism"`
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+}
+
+// Password reads the SASL password from its file (trailing newline
+// removed) or environment variable.
+func (s KafkaSASL) Password() (string, error) {
+	switch {
+	case s.PasswordFile != "":
+		b, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return "", fmt.Errorf("kafka.sasl.password_file: %w", err)
+		}
+		return strings.TrimRight(string(b), "\r\n"), nil
+	case s.PasswordEnv != "":
+		v, ok := os.LookupEnv(s.PasswordEnv)
+		if !ok {
+			return "", fmt.Errorf("kafka.sasl.password_env: environment variable %s is not set", s.PasswordEnv)
+		}
+		return v, nil
+	}
+	return "", errors.New("kafka.sasl: set password_file or password_env")
 }
 
 // Storage bounds what the gateway keeps on disk.
@@ -228,6 +332,17 @@ func Default() Config {
 			ClientReadBuffer:  1024,
 			ClientWriteBuffer: 512,
 			ReceiveMaximum:    256,
+			ACL:               ACL{AnonymousRole: "admin"},
+			TopicAliasMaximum: 16,
+			MaxSessionExpiry:  Duration(7 * 24 * time.Hour),
+			MaxClients:        10000,
+			MaxSubscriptions:  32,
+			ConnectTimeout:    Duration(10 * time.Second),
+			ConnectRate:       5,
+			ConnectBurst:      20,
+			ConnectRateExempt: []string{"127.0.0.0/8", "::1/128"},
+			PublishRate:       1000,
+			MaxKeepAlive:      Duration(10 * time.Minute),
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -468,8 +583,8 @@ func (c *Config) Validate() error {
 		}
 		seen[t] = true
 	}
-	if !c.MQTT.AllowAnonymous && c.MQTT.UsersFile == "" {
-		add("mqtt.users_file", "is not set and mqtt.allow_anonymous is false, so no device could connect; set mqtt.users_file to a users file of bcrypt hashes, or (for labs and tests only) mqtt.allow_anonymous: true")
+	if !c.MQTT.AllowAnonymous && c.MQTT.UsersFile == "" && c.MQTT.TLS.ClientCAFile == "" {
+		add("mqtt.users_file", "is not set and mqtt.allow_anonymous is false, so no device could connect; set mqtt.users_file to a users file of bcrypt hashes (edgegate passwd), or mqtt.tls.client_ca_file for device certificates, or (for labs and tests only) mqtt.allow_anonymous: true")
 	}
 	positive := func(key string, v, lo, hi int) {
 		if v < lo || v > hi {
@@ -485,6 +600,7 @@ func (c *Config) Validate() error {
 	positive("mqtt.client_read_buffer_bytes", c.MQTT.ClientReadBuffer, 256, 1<<20)
 	positive("mqtt.client_write_buffer_bytes", c.MQTT.ClientWriteBuffer, 256, 1<<20)
 	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
+	c.validateSecurity(add)
 
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
@@ -505,6 +621,27 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.OffsetsTopic == c.Kafka.SummariesTopic || c.Kafka.OffsetsTopic == c.Kafka.DeadletterTopic {
 		add("kafka.offsets_topic", "%q is also a data topic; give delivered positions their own (compacted) topic", c.Kafka.OffsetsTopic)
+	}
+	switch c.Kafka.SASL.Mechanism {
+	case "":
+	case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		if c.Kafka.SASL.Username == "" {
+			add("kafka.sasl.username", "is empty; SASL %s needs a username", c.Kafka.SASL.Mechanism)
+		}
+		if (c.Kafka.SASL.PasswordFile == "") == (c.Kafka.SASL.PasswordEnv == "") {
+			add("kafka.sasl.password_file", "set exactly one of kafka.sasl.password_file and kafka.sasl.password_env (passwords are never written in the configuration)")
+		}
+		if c.Kafka.SASL.Mechanism == "PLAIN" && !c.Kafka.TLS.Enabled {
+			add("kafka.sasl.mechanism", "PLAIN sends the password in clear; enable kafka.tls or use SCRAM-SHA-512")
+		}
+	default:
+		add("kafka.sasl.mechanism", "%q is not a mechanism; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", c.Kafka.SASL.Mechanism)
+	}
+	if (c.Kafka.TLS.CertFile == "") != (c.Kafka.TLS.KeyFile == "") {
+		add("kafka.tls.cert_file", "and kafka.tls.key_file go together; give both or neither")
+	}
+	if !c.Kafka.TLS.Enabled && (c.Kafka.TLS.CAFile != "" || c.Kafka.TLS.CertFile != "") {
+		add("kafka.tls.enabled", "is false but TLS files are set; set enabled: true")
 	}
 	if c.Kafka.ClientID == "" {
 		add("kafka.client_id", "is empty; set e.g. edgegate")
@@ -579,18 +716,175 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// validateSecurity checks the listeners, the ACL and the limits.
+func (c *Config) validateSecurity(add func(string, string, ...any)) {
+	m := &c.MQTT
+	if m.Listen == "" && m.TLS.Listen == "" && m.WebSocket.Listen == "" {
+		add("mqtt.listen", "is empty and so are mqtt.tls.listen and mqtt.websocket.listen; devices could not connect")
+	}
+	if m.TLS.Listen != "" {
+		checkAddr(add, "mqtt.tls.listen", m.TLS.Listen, false)
+	}
+	if m.WebSocket.Listen != "" {
+		checkAddr(add, "mqtt.websocket.listen", m.WebSocket.Listen, false)
+	}
+	if (m.TLS.Listen != "" || m.WebSocket.TLS) && (m.TLS.CertFile == "" || m.TLS.KeyFile == "") {
+		add("mqtt.tls.cert_file", "and mqtt.tls.key_file are required for a TLS listener; give the PEM files of the server certificate and its key")
+	}
+	if m.TLS.RequireClientCert && m.TLS.ClientCAFile == "" {
+		add("mqtt.tls.require_client_cert", "needs mqtt.tls.client_ca_file, the CA that signs device certificates")
+	}
+	roles := c.Roles()
+	for name, r := range roles {
+		for i, f := range r.Publish {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.publish[%d]", name, i), "%v", err)
+			}
+		}
+		for i, f := range r.Subscribe {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.subscribe[%d]", name, i), "%v", err)
+			}
+		}
+	}
+	names := slices.Sorted(maps.Keys(roles))
+	for user, role := range m.ACL.Users {
+		if _, ok := roles[role]; !ok {
+			add("mqtt.acl.users."+user, "role %q is not defined; use one of %s or add it under mqtt.acl.roles", role, strings.Join(names, ", "))
+		}
+	}
+	if _, ok := roles[m.ACL.AnonymousRole]; !ok {
+		add("mqtt.acl.anonymous_role", "role %q is not defined; use one of %s", m.ACL.AnonymousRole, strings.Join(names, ", "))
+	}
+	between := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			add(key, "%d is out of range; use %d to %d", v, lo, hi)
+		}
+	}
+	between("mqtt.topic_alias_maximum", m.TopicAliasMaximum, 0, 65535)
+	between("mqtt.max_clients", m.MaxClients, 1, 1_000_000)
+	between("mqtt.max_subscriptions_per_client", m.MaxSubscriptions, 1, 100_000)
+	if d := m.MaxSessionExpiry.D(); d < 0 || d > 365*24*time.Hour {
+		add("mqtt.max_session_expiry", "%s is out of range; use 0 (sessions end with their connection) to 8760h", d)
+	}
+	if d := m.ConnectTimeout.D(); d < 100*time.Millisecond || d > 5*time.Minute {
+		add("mqtt.connect_timeout", "%s is out of range; use 100ms to 5m (a socket that has not sent CONNECT by then is closed)", d)
+	}
+	if d := m.MaxKeepAlive.D(); d < time.Second || d > 18*time.Hour {
+		add("mqtt.max_keep_alive", "%s is out of range; use 1s to 18h (MQTT's keep alive is at most 65535 s)", d)
+	}
+	if m.ConnectRate < 0 {
+		add("mqtt.connect_rate_per_address", "%g is negative; use 0 (no limit) or connections per second", m.ConnectRate)
+	}
+	if m.ConnectRate > 0 && m.ConnectBurst < 1 {
+		add("mqtt.connect_burst_per_address", "%d is too small; allow at least 1 connection at once", m.ConnectBurst)
+	}
+	for i, n := range m.ConnectRateExempt {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			add(fmt.Sprintf("mqtt.connect_rate_exempt[%d]", i), "%q is not a network; write it as 10.0.0.0/8 or ::1/128", n)
+		}
+	}
+	if m.PublishRate < 0 {
+		add("mqtt.publish_rate_per_client", "%g is negative; use 0 (no limit) or publications per second", m.PublishRate)
+	}
+}
+
+// Warnings lists settings that are valid but unsafe on a network.
+func (c *Config) Warnings() []string {
+	var w []string
+	exposed := func(addr string) bool {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil || host == "localhost" {
+			return false
+		}
+		ip, err := netip.ParseAddr(host)
+		return err != nil || !ip.IsLoopback()
+	}
+	if exposed(c.MQTT.Listen) {
+		w = append(w, fmt.Sprintf("mqtt.listen: %s is reachable from the network without TLS: passwords and readings cross it in clear; use mqtt.tls.listen, or listen on 127.0.0.1", c.MQTT.Listen))
+	}
+	if c.MQTT.WebSocket.Listen != "" && !c.MQTT.WebSocket.TLS && exposed(c.MQTT.WebSocket.Listen) {
+		w = append(w, fmt.Sprintf("mqtt.websocket.listen: %s is reachable from the network without TLS; set mqtt.websocket.tls: true", c.MQTT.WebSocket.Listen))
+	}
+	if c.MQTT.AllowAnonymous && (exposed(c.MQTT.Listen) || exposed(c.MQTT.TLS.Listen) || exposed(c.MQTT.WebSocket.Listen)) {
+		w = append(w, fmt.Sprintf("mqtt.allow_anonymous: anyone who can reach a network listener may connect, with role %q; set it false and give devices credentials", c.MQTT.ACL.AnonymousRole))
+	}
+	if c.MQTT.TLS.Listen != "" && c.MQTT.TLS.ClientCAFile == "" && c.MQTT.UsersFile == "" && !c.MQTT.AllowAnonymous {
+		w = append(w, "mqtt.tls: no client_ca_file and no users_file: no client can authenticate")
+	}
+	return w
+}
+
+// Roles returns the ACL roles: the built-in ones, as replaced or added to
+// by mqtt.acl.roles.
+//
+//   - device: publish on the reading topics (mqtt.topics) under its own
+//     identity; subscribe to its own commands (commands/{username}/#).
+//   - subscriber: subscribe to the reading topics of every device.
+//   - admin: publish and subscribe anywhere, $SYS included.
+func (c *Config) Roles() map[string]Role {
+	var own, all []string
+	for _, t := range c.MQTT.Topics {
+		own = append(own, strings.NewReplacer("{device}", "{username}", "{metric}", "+").Replace(t))
+		all = append(all, strings.NewReplacer("{device}", "+", "{metric}", "+").Replace(t))
+	}
+	roles := map[string]Role{
+		"device":     {Publish: own, Subscribe: []string{"commands/{username}/#"}},
+		"subscriber": {Subscribe: all},
+		"admin":      {Publish: []string{"#"}, Subscribe: []string{"#", "$SYS/#"}},
+	}
+	maps.Copy(roles, c.MQTT.ACL.Roles)
+	return roles
+}
+
+// CheckACLFilter reports whether f is a valid MQTT topic filter in which
+// {username} and {clientid} each fill a whole level.
+func CheckACLFilter(f string) error {
+	if f == "" {
+		return errors.New("empty filter")
+	}
+	levels := strings.Split(f, "/")
+	for i, l := range levels {
+		switch {
+		case l == "#" && i != len(levels)-1:
+			return fmt.Errorf("%q: '#' must be the last level", f)
+		case l == "#", l == "+", l == "{username}", l == "{clientid}":
+		case strings.ContainsAny(l, "+#{}"):
+			return fmt.Errorf("%q: level %q mixes a wildcard or placeholder with text; use {username}, {clientid}, + or # as whole levels", f, l)
+		}
+	}
+	return nil
+}
+
 // CheckFiles checks that the files the configuration names can be read.
 // It is separate from Validate so that a configuration can be checked on a
 // machine other than the gateway.
 func (c *Config) CheckFiles() error {
-	if c.MQTT.UsersFile != "" {
-		f, err := os.Open(c.MQTT.UsersFile)
+	var errs []error
+	open := func(key, path, fix string) {
+		if path == "" {
+			return
+		}
+		f, err := os.Open(path)
 		if err != nil {
-			return fmt.Errorf("mqtt.users_file: %w; create it (edgegate passwd) or fix the path", err)
+			errs = append(errs, fmt.Errorf("%s: %w; %s", key, err, fix))
+			return
 		}
 		f.Close()
 	}
-	return nil
+	open("mqtt.users_file", c.MQTT.UsersFile, "create it (edgegate passwd) or fix the path")
+	open("mqtt.tls.cert_file", c.MQTT.TLS.CertFile, "fix the path")
+	open("mqtt.tls.key_file", c.MQTT.TLS.KeyFile, "fix the path")
+	open("mqtt.tls.client_ca_file", c.MQTT.TLS.ClientCAFile, "fix the path")
+	open("kafka.tls.ca_file", c.Kafka.TLS.CAFile, "fix the path")
+	open("kafka.tls.cert_file", c.Kafka.TLS.CertFile, "fix the path")
+	open("kafka.tls.key_file", c.Kafka.TLS.KeyFile, "fix the path")
+	if c.Kafka.SASL.Mechanism != "" {
+		if _, err := c.Kafka.SASL.Password(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func checkAddr(add func(string, string, ...any), key, addr string, needHost bool) {

@@ -42,6 +42,7 @@ func benchGateway(b *testing.B, now func() time.Time) (*Gateway, *countOutput) {
 	c.Gateway.DataDir = b.TempDir()
 	c.MQTT.Listen = "127.0.0.1:0"
 	c.MQTT.AllowAnonymous = true
+	c.MQTT.PublishRate = 0 // measure the broker, not the limit
 	c.Kafka.Brokers = []string{"127.0.0.1:9"}
 	out := &countOutput{}
 	g, err := New(&c, out, slog.New(slog.NewTextHandler(io.Discard, nil)), now)

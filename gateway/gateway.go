@@ -53,16 +53,20 @@ type Output interface {
 // Gateway is the broker plus the ingest path. Create it with New, start it
 // with Run.
 type Gateway struct {
-	cfg    *configs.Config
-	log    *slog.Logger
-	now    func() time.Time
-	out    Output
-	server *mqtt.Server
-	addr   string
-	dec    *payload.Decoder
-	jlog   *queue.Log // the ingest journal, <data_dir>/ingest
-	j      *journal
-	state  *stateDB // checkpoint and closed windows, <data_dir>/state/state.db
+	cfg     *configs.Config
+	log     *slog.Logger
+	now     func() time.Time
+	out     Output
+	server  *mqtt.Server
+	hook    *hook
+	addr    string // the plain TCP listener's address, if any
+	tlsAddr string
+	wsAddr  string
+	tls     *serverTLS // nil without a TLS listener
+	dec     *payload.Decoder
+	jlog    *queue.Log // the ingest journal, <data_dir>/ingest
+	j       *journal
+	state   *stateDB // checkpoint and closed windows, <data_dir>/state/state.db
 
 	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
 	agg      *aggregate.Aggregator
@@ -94,6 +98,10 @@ type Gateway struct {
 	replayed   atomic.Uint64             // journal events replayed at start
 	cpFailures atomic.Uint64             // checkpoints that could not be written
 	logLimiter rateLimiter
+
+	mqttRefused refusals      // clients and packets the broker turned away, by reason
+	connsOpen   atomic.Int64  // sockets open, CONNECT sent or not
+	throttled   atomic.Uint64 // publications held back by mqtt.publish_rate_per_client
 }
 
 // New opens the ingest journal in cfg.Gateway.DataDir, rebuilds the state
@@ -124,6 +132,15 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 			return nil, fmt.Errorf("mqtt.users_file: %w", err)
 		}
 	}
+	rules, err := newACL(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MQTT.TLS.Listen != "" || cfg.MQTT.WebSocket.TLS {
+		if g.tls, err = newServerTLS(cfg.MQTT.TLS); err != nil {
+			return nil, err
+		}
+	}
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
@@ -133,8 +150,10 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	caps.MaximumClientWritesPending = int32(cfg.MQTT.ClientWriteQueue)
 	caps.MaximumPacketSize = uint32(cfg.MQTT.MaxPacket)
 	caps.ReceiveMaximum = uint16(cfg.MQTT.ReceiveMaximum)
-	caps.MaximumSessionExpiryInterval = 7 * 24 * 3600 // a week; unbounded sessions would pin memory
+	caps.MaximumSessionExpiryInterval = uint32(cfg.MQTT.MaxSessionExpiry.D().Seconds())
 	caps.MaximumMessageExpiryInterval = 24 * 3600
+	caps.MaximumClients = int64(cfg.MQTT.MaxClients)
+	caps.TopicAliasMaximum = uint16(cfg.MQTT.TopicAliasMaximum)
 	g.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.MQTT.ClientReadBuffer,
@@ -143,17 +162,40 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		SysTopicResendInterval:   30,
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
-	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous)}
+	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous), acl: rules,
+		conns: newConnLimiter(cfg.MQTT.ConnectRate, cfg.MQTT.ConnectBurst, cfg.MQTT.ConnectRateExempt)}
+	g.hook = h
 	if err := g.server.AddHook(h, nil); err != nil {
 		g.closeFiles()
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
-	tcp := listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.MQTT.Listen})
-	if err := g.server.AddListener(tcp); err != nil {
-		g.closeFiles()
-		return nil, fmt.Errorf("mqtt.listen %s: %w", cfg.MQTT.Listen, err)
+	add := func(key string, l listeners.Listener) (string, error) {
+		if err := g.server.AddListener(&guarded{Listener: l, g: g, h: h}); err != nil {
+			g.closeFiles()
+			return "", fmt.Errorf("%s %s: %w", key, l.Address(), err)
+		}
+		return l.Address(), nil
 	}
-	g.addr = tcp.Address()
+	if cfg.MQTT.Listen != "" {
+		if g.addr, err = add("mqtt.listen", listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.MQTT.Listen})); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MQTT.TLS.Listen != "" {
+		l := listeners.NewTCP(listeners.Config{ID: "tls", Address: cfg.MQTT.TLS.Listen, TLSConfig: g.tls.Config()})
+		if g.tlsAddr, err = add("mqtt.tls.listen", l); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.MQTT.WebSocket.Listen != "" {
+		lc := listeners.Config{ID: "ws", Address: cfg.MQTT.WebSocket.Listen}
+		if cfg.MQTT.WebSocket.TLS {
+			lc.TLSConfig = g.tls.Config()
+		}
+		if g.wsAddr, err = add("mqtt.websocket.listen", listeners.NewWebsocket(lc)); err != nil {
+			return nil, err
+		}
+	}
 	return g, nil
 }
 
@@ -373,6 +415,33 @@ func (g *Gateway) nextMark() (bridge.Mark, bool) {
 // Addr returns the address the MQTT listener is bound to.
 func (g *Gateway) Addr() string { return g.addr }
 
+// TLSAddr returns the address of the MQTT over TLS listener, if any.
+func (g *Gateway) TLSAddr() string { return g.tlsAddr }
+
+// WebSocketAddr returns the address of the WebSocket listener, if any.
+func (g *Gateway) WebSocketAddr() string { return g.wsAddr }
+
+// Reload reads the users file and the TLS certificate, key and client CA
+// files again (on SIGHUP). Connected clients keep their sessions; new
+// connections use what was read. On error nothing changes.
+func (g *Gateway) Reload() error {
+	users := Users{}
+	if f := g.cfg.MQTT.UsersFile; f != "" {
+		var err error
+		if users, err = LoadUsers(f); err != nil {
+			return fmt.Errorf("reload mqtt.users_file: %w", err)
+		}
+	}
+	if g.tls != nil {
+		if err := g.tls.Reload(); err != nil {
+			return fmt.Errorf("reload: %w", err)
+		}
+	}
+	g.hook.auth.setUsers(users)
+	g.log.Info("reloaded users and certificates", "users", len(users), "tls", g.tls != nil)
+	return nil
+}
+
 // Run serves MQTT until ctx is cancelled. It owns the journal's goroutines,
 // the idle-close tick and checkpoints. Shutdown follows the data: stop
 // accepting and disconnect clients, journal and apply what is pending,
@@ -391,7 +460,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.closeFiles()
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
-	g.log.Info("mqtt broker listening", "addr", g.addr, "anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
+	g.log.Info("mqtt broker listening", "addr", g.addr, "tls", g.tlsAddr, "websocket", g.wsAddr,
+		"anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
 	sctx, scancel := context.WithCancel(ctx)
 	var sensors sync.WaitGroup
 	for _, st := range g.sensors {
@@ -518,10 +588,15 @@ type Stats struct {
 	Sessions    int // persistent MQTT sessions kept across restarts
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
-	BytesIn    int64  // MQTT bytes received
-	BytesOut   int64  // MQTT bytes sent
-	Journal    JournalStats
-	Sensors    []SensorStatus `json:",omitempty"`
+	// MQTTRefused counts the clients and packets the broker turned away,
+	// by reason (see Refusal).
+	MQTTRefused map[string]int64
+	Throttled   uint64 // publications held back by mqtt.publish_rate_per_client
+	Sockets     int64  // MQTT sockets open, CONNECT sent or not
+	BytesIn     int64  // MQTT bytes received
+	BytesOut    int64  // MQTT bytes sent
+	Journal     JournalStats
+	Sensors     []SensorStatus `json:",omitempty"`
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -573,6 +648,9 @@ func (g *Gateway) Stats() Stats {
 	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
 	s.Publishes = g.publishes.Load()
 	s.Refused = g.refused.Load()
+	s.MQTTRefused = g.mqttRefused.snapshot()
+	s.Throttled = g.throttled.Load()
+	s.Sockets = g.connsOpen.Load()
 	s.Outcomes = map[string]uint64{}
 	for o := aggregate.Aggregated; o <= aggregate.Invalid; o++ {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -5,11 +5,14 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -21,31 +24,175 @@ import (
 // readings from publications.
 type hook struct {
 	mqtt.HookBase
-	g    *Gateway
-	auth *authenticator
+	g     *Gateway
+	auth  *authenticator
+	acl   *acl
+	conns *connLimiter
+
+	clients sync.Map // *mqtt.Client → *clientInfo, while connected
+}
+
+// clientInfo is what the hook knows of a connected client.
+type clientInfo struct {
+	identity string
+	role     *aclRole
+	// publish is the client's publish rate bucket. Only the client's own
+	// read goroutine (OnPublish) touches it.
+	publish tokenBucket
 }
 
 func (h *hook) ID() string { return "edgegate" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
+	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
 		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages,
 		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
 }
 
-func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	ok := h.auth.check(string(pk.Connect.Username), pk.Connect.Password)
-	if !ok {
-		h.g.log.Info("mqtt client refused: bad or missing credentials", "client", cl.ID, "username", string(pk.Connect.Username), "remote", cl.Net.Remote)
+// OnConnect runs once a CONNECT is read and valid, before the
+// credentials are checked (so a flood does not cost a bcrypt each). It
+// refuses a source address that connects too often and sets the MQTT 5
+// server keep alive.
+func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
+	g := h.g
+	if !h.conns.allow(cl.Net.Remote, g.now()) {
+		g.mqttRefused[RefusedConnectRate].Add(1)
+		if ok, held := g.logLimiter.allow("connect-rate", g.now()); ok {
+			g.log.Warn("mqtt connection refused: too many connections from one address (mqtt.connect_rate_per_address)",
+				"remote", cl.Net.Remote, "client", cl.ID, "suppressed_since_last", held)
+		}
+		code := packets.ErrConnectionRateExceeded
+		if cl.Properties.ProtocolVersion < 5 {
+			code = packets.Err3ServerUnavailable // 3.1.1 has no rate code
+		}
+		_ = g.server.SendConnack(cl, code, false, nil)
+		return packets.ErrConnectionRateExceeded
 	}
-	return ok
+	// A client that asks for no keep alive, or a longer one, would hold
+	// its socket for that long after its network vanished. MQTT 5 lets
+	// the server say so; a 3.1.1 client is held to what it asked.
+	if max := uint16(g.cfg.MQTT.MaxKeepAlive.D().Seconds()); cl.Properties.ProtocolVersion == 5 && (cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
+		cl.State.Keepalive = max
+		cl.State.ServerKeepalive = true
+	}
+	return nil
 }
 
-// OnACLCheck allows every topic to authenticated clients. Per-device topic
-// ACLs come with the security work; until then any authenticated client may
-// publish under any device.
-func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool { return true }
+// OnConnectAuthenticate establishes a client's identity: the common name
+// of a verified client certificate, else the username of valid
+// credentials, else (if anonymous clients are allowed) the client id.
+func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	g := h.g
+	user := string(pk.Connect.Username)
+	refuse := func(why string) bool {
+		g.mqttRefused[RefusedCredentials].Add(1)
+		if ok, held := g.logLimiter.allow("auth", g.now()); ok {
+			g.log.Info("mqtt client refused: "+why, "client", cl.ID, "username", user, "remote", cl.Net.Remote, "suppressed_since_last", held)
+		}
+		return false
+	}
+	var info *clientInfo
+	id, hasCert, err := certIdentity(cl.Net.Conn)
+	switch {
+	case err != nil:
+		return refuse(err.Error())
+	case hasCert:
+		// The certificate is the credential. A username, if sent, must
+		// name the same device.
+		if user != "" && user != id {
+			return refuse(fmt.Sprintf("username differs from the client certificate's identity %q", id))
+		}
+		info = &clientInfo{identity: id, role: h.acl.role(id)}
+		cl.Properties.Username = []byte(id)
+	case user == "" && len(pk.Connect.Password) == 0:
+		if !h.auth.anonymous {
+			return refuse("no credentials, and mqtt.allow_anonymous is false")
+		}
+		info = &clientInfo{identity: cl.ID, role: h.acl.anonymous}
+	default:
+		if !h.auth.check(user, pk.Connect.Password) {
+			return refuse("bad username or password")
+		}
+		info = &clientInfo{identity: user, role: h.acl.role(user)}
+	}
+	h.clients.Store(cl, info)
+	return true
+}
+
+// OnACLCheck applies the client's role. It runs for each PUBLISH (mochi
+// answers a refused one with PUBACK/PUBREC 0x87 to MQTT 5 clients, drops
+// it at QoS 0, and disconnects a 3.1.1 client) and for each filter of a
+// SUBSCRIBE (SUBACK 0x87).
+func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return false
+	}
+	info := v.(*clientInfo)
+	g := h.g
+	if write {
+		if info.role.canPublish(topic, info.identity, cl.ID) {
+			return true
+		}
+		g.mqttRefused[RefusedPublish].Add(1)
+		if ok, held := g.logLimiter.allow("acl-pub", g.now()); ok {
+			g.log.Warn("mqtt publish refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+				"topic", topic, "suppressed_since_last", held)
+		}
+		return false
+	}
+	if !info.role.canSubscribe(topic, info.identity, cl.ID) {
+		g.mqttRefused[RefusedSubscribe].Add(1)
+		if ok, held := g.logLimiter.allow("acl-sub", g.now()); ok {
+			g.log.Warn("mqtt subscribe refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+				"filter", topic, "suppressed_since_last", held)
+		}
+		return false
+	}
+	if _, again := cl.State.Subscriptions.Get(topic); !again && cl.State.Subscriptions.Len() >= g.cfg.MQTT.MaxSubscriptions {
+		g.mqttRefused[RefusedSubscriptionLimit].Add(1)
+		return false
+	}
+	return true
+}
+
+// throttle holds a client's publication until its publish rate allows it.
+// The client's packets are not read meanwhile, so TCP flow control slows
+// it down; nothing is refused or lost.
+func (h *hook) throttle(cl *mqtt.Client) {
+	rate := h.g.cfg.MQTT.PublishRate
+	if rate <= 0 {
+		return
+	}
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return
+	}
+	info := v.(*clientInfo)
+	burst := max(1, int(rate))
+	if wait := info.publish.take(time.Now(), rate, burst); wait > 0 {
+		h.g.throttled.Add(1)
+		time.Sleep(wait)
+		info.publish.take(time.Now(), rate, burst)
+	}
+}
+
+// forgetConn cleans up after a connection whose goroutine panicked: mochi
+// did not get to remove its client.
+func (h *hook) forgetConn(c net.Conn) {
+	for _, cl := range h.g.server.Clients.GetAll() {
+		if cl.Net.Conn != c {
+			continue
+		}
+		expire := !persistent(cl)
+		h.OnDisconnect(cl, errors.New("decoder panic"), expire)
+		if expire {
+			h.g.server.UnsubscribeClient(cl)
+			h.g.server.Clients.Delete(cl.ID)
+		}
+	}
+}
 
 // OnPublish runs in the publisher's goroutine before mochi acknowledges.
 // A publication on a reading topic is journaled; QoS 1/2 ones are
@@ -68,6 +215,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, nil
 	}
 	g := h.g
+	h.throttle(cl)
 	qos := pk.FixedHeader.Qos
 	noSubscribers := atomic.LoadInt64(&g.server.Info.Subscriptions) == 0
 	if !g.readingTopic(pk.TopicName) {
@@ -151,6 +299,7 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 // OnDisconnect journals the end of a session that expires with its
 // connection.
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
+	h.clients.Delete(cl)
 	if expire && !cl.Net.Inline {
 		h.g.j.sessionEnd(cl.ID)
 	}
@@ -276,6 +425,9 @@ func LoadUsers(path string) (Users, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%s:%d: want username:bcrypt-hash", path, n)
 		}
+		if !identityLevel(name) {
+			return nil, fmt.Errorf("%s:%d: user %q: a username may not contain '/', '+' or '#' (it stands for a topic level in ACLs)", path, n, name)
+		}
 		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
 			return nil, fmt.Errorf("%s:%d: user %q: not a bcrypt hash (%v); create it with htpasswd -B or edgegate passwd", path, n, name, err)
 		}
@@ -295,11 +447,18 @@ func LoadUsers(path string) (Users, error) {
 // cached so that a reconnect storm of thousands of devices does not pin the
 // CPU.
 type authenticator struct {
-	users     Users
 	anonymous bool
 
 	mu       sync.Mutex
+	users    Users
 	verified map[string][sha256.Size]byte
+}
+
+// setUsers replaces the users (the file was reloaded).
+func (a *authenticator) setUsers(u Users) {
+	a.mu.Lock()
+	a.users, a.verified = u, map[string][sha256.Size]byte{}
+	a.mu.Unlock()
 }
 
 func newAuthenticator(users Users, anonymous bool) *authenticator {
@@ -310,14 +469,14 @@ func (a *authenticator) check(user string, password []byte) bool {
 	if user == "" && len(password) == 0 {
 		return a.anonymous
 	}
+	sum := sha256.Sum256(password)
+	a.mu.Lock()
 	hash, ok := a.users[user]
+	cached, hit := a.verified[user]
+	a.mu.Unlock()
 	if !ok {
 		return false // credentials were given, and they are wrong
 	}
-	sum := sha256.Sum256(password)
-	a.mu.Lock()
-	cached, hit := a.verified[user]
-	a.mu.Unlock()
 	if hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
 		return true
 	}
@@ -325,7 +484,9 @@ func (a *authenticator) check(user string, password []byte) bool {
 		return false
 	}
 	a.mu.Lock()
-	a.verified[user] = sum
+	if string(a.users[user]) == string(hash) { // not replaced meanwhile
+		a.verified[user] = sum
+	}
 	a.mu.Unlock()
 	return true
 }

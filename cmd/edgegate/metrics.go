@@ -1,7 +1,9 @@
 package main
 
 import (
+	"maps"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -62,6 +64,9 @@ var (
 	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
 	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
 	mDevUnlisted  = desc("devices_unlisted", "Devices beyond the first 100, left out of the per-device metrics to bound their cardinality.")
+	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic.", "reason")
+	mThrottled    = desc("mqtt_publish_throttled_total", "Publications held back to keep a client to mqtt.publish_rate_per_client (delayed, not refused).")
+	mSockets      = desc("mqtt_sockets_open", "MQTT sockets open, including those that have not sent CONNECT yet.")
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
 	mSensorPolls  = desc("sensor_polls_total", "Successful polls of a sensor.", "sensor", "device")
 	mSensorErrors = desc("sensor_errors_total", "Failed opens and polls of a sensor.", "sensor", "device")
@@ -71,7 +76,7 @@ func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
 		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
-		mDevUnlisted, mSensorUp, mSensorPolls, mSensorErrors} {
+		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
 	}
 }
@@ -105,6 +110,11 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mPublications, float64(g.Publishes))
 	counter(mRefused, float64(g.Refused))
 	counter(mDuplicates, float64(g.Duplicates))
+	for _, r := range slices.Sorted(maps.Keys(g.MQTTRefused)) {
+		counter(mMQTTRefused, float64(g.MQTTRefused[r]), r)
+	}
+	counter(mThrottled, float64(g.Throttled))
+	gauge(mSockets, float64(g.Sockets))
 	counter(mSummaries, float64(g.Summaries))
 	gauge(mOpen, float64(g.OpenWindows))
 	gauge(mCached, float64(g.Retained))

@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/edgegate/edgegate/configs"
+)
+
+// Placeholder levels in ACL filters, replaced by the client's identity or
+// client id when a topic is checked.
+const (
+	levelUsername = "{username}"
+	levelClientID = "{clientid}"
+)
+
+// aclRole is a compiled configs.Role.
+type aclRole struct {
+	name     string
+	pub, sub [][]string // filters split into levels
+}
+
+// acl decides what each client may publish to and subscribe to.
+type acl struct {
+	roles     map[string]*aclRole
+	users     map[string]*aclRole // identity → role; others are devices
+	anonymous *aclRole
+}
+
+func newACL(c *configs.Config) (*acl, error) {
+	a := &acl{roles: map[string]*aclRole{}, users: map[string]*aclRole{}}
+	for name, r := range c.Roles() {
+		ar := &aclRole{name: name}
+		for _, f := range r.Publish {
+			ar.pub = append(ar.pub, strings.Split(f, "/"))
+		}
+		for _, f := range r.Subscribe {
+			ar.sub = append(ar.sub, strings.Split(f, "/"))
+		}
+		a.roles[name] = ar
+	}
+	for user, role := range c.MQTT.ACL.Users {
+		r, ok := a.roles[role]
+		if !ok {
+			return nil, fmt.Errorf("mqtt.acl.users.%s: no role %q", user, role)
+		}
+		a.users[user] = r
+	}
+	var ok bool
+	if a.anonymous, ok = a.roles[c.MQTT.ACL.AnonymousRole]; !ok {
+		return nil, fmt.Errorf("mqtt.acl.anonymous_role: no role %q", c.MQTT.ACL.AnonymousRole)
+	}
+	if a.roles["device"] == nil {
+		return nil, fmt.Errorf("mqtt.acl.roles: the device role is needed")
+	}
+	return a, nil
+}
+
+// role returns the role of an authenticated identity.
+func (a *acl) role(identity string) *aclRole {
+	if r, ok := a.users[identity]; ok {
+		return r
+	}
+	return a.roles["device"]
+}
+
+// canPublish reports whether a client with identity user and client id
+// cid may publish to topic.
+func (r *aclRole) canPublish(topic, user, cid string) bool {
+	for _, f := range r.pub {
+		if matchTopic(f, topic, user, cid) {
+			return true
+		}
+	}
+	return false
+}
+
+// canSubscribe reports whether the subscription filter req lies within one
+// of the role's subscribe filters: every topic req matches, the allowed
+// filter matches too.
+func (r *aclRole) canSubscribe(req, user, cid string) bool {
+	for _, f := range r.sub {
+		if within(f, req, user, cid) {
+			return true
+		}
+	}
+	return false
+}
+
+// identityLevel reports whether s can stand for a placeholder: one whole
+// level, no wildcard, not empty.
+func identityLevel(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "/+#")
+}
+
+// fill returns the literal an ACL level stands for, or level itself.
+func fill(level, user, cid string) (string, bool) {
+	switch level {
+	case levelUsername:
+		return user, identityLevel(user)
+	case levelClientID:
+		return cid, identityLevel(cid)
+	}
+	return level, true
+}
+
+// matchTopic matches a topic name against a split ACL filter without
+// allocating. As in MQTT, a filter starting with a wildcard does not match
+// a topic starting with '$'.
+func matchTopic(f []string, topic, user, cid string) bool {
+	if strings.HasPrefix(topic, "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+		return false
+	}
+	rest, done := topic, false
+	for _, fl := range f {
+		if fl == "#" {
+			return true // also matches the parent level: "a/#" matches "a"
+		}
+		if done {
+			return false
+		}
+		level, tail, more := strings.Cut(rest, "/")
+		if fl != "+" {
+			if want, ok := fill(fl, user, cid); !ok || want != level {
+				return false
+			}
+		}
+		rest, done = tail, !more
+	}
+	return done
+}
+
+// within reports whether every topic matched by filter req is matched by
+// the ACL filter f.
+func within(f []string, req, user, cid string) bool {
+	rl := strings.Split(req, "/")
+	if strings.HasPrefix(req, "$share/") {
+		// A shared subscription reads the topics of its filter.
+		if len(rl) < 3 {
+			return false
+		}
+		rl = rl[2:]
+	}
+	if len(rl) > 0 && strings.HasPrefix(rl[0], "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+		return false
+	}
+	if len(rl) > 0 && (rl[0] == "#" || rl[0] == "+") && len(f) > 0 && strings.HasPrefix(f[0], "$") {
+		// "#" does not read $SYS, so "$SYS/#" does not cover it, but it
+		// is not within "$SYS/#" either.
+		return false
+	}
+	for i, fl := range f {
+		if fl == "#" {
+			return true
+		}
+		if i >= len(rl) {
+			return false
+		}
+		switch r := rl[i]; {
+		case r == "#":
+			return false // req reads deeper levels than f allows
+		case fl == "+":
+		case r == "+":
+			return false // req reads every value of a level f fixes
+		default:
+			want, ok := fill(fl, user, cid)
+			if !ok || want != r {
+				return false
+			}
+		}
+	}
+	return len(rl) == len(f)
+}

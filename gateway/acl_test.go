@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestMatchTopic(t *testing.T) {
+	for _, tc := range []struct {
+		filter, topic string
+		want          bool
+	}{
+		{"sensors/{username}/+", "sensors/dev-1/temp", true},
+		{"sensors/{username}/+", "sensors/dev-2/temp", false},
+		{"sensors/{username}/+", "sensors/dev-1", false},
+		{"sensors/{username}/+", "sensors/dev-1/temp/x", false},
+		{"sensors/{username}/+", "sensors/dev-1/", true}, // an empty level
+		{"sensors/{username}", "sensors/dev-1", true},
+		{"sensors/{username}", "sensors/dev-1/", false},
+		{"sensors/{clientid}/#", "sensors/c-1/a/b", true},
+		{"sensors/{clientid}/#", "sensors/c-1", true}, // # matches the parent level
+		{"sensors/{clientid}/#", "sensors/dev-1/a", false},
+		{"#", "anything/at/all", true},
+		{"#", "$SYS/broker", false},
+		{"+/x", "$SYS/x", false},
+		{"$SYS/#", "$SYS/broker/load", true},
+		{"a/b", "a/b", true},
+		{"a/b", "a/c", false},
+		{"a/b", "a", false},
+	} {
+		if got := matchTopic(strings.Split(tc.filter, "/"), tc.topic, "dev-1", "c-1"); got != tc.want {
+			t.Errorf("matchTopic(%q, %q) = %v, want %v", tc.filter, tc.topic, got, tc.want)
+		}
+	}
+	// An identity that is not one topic level never fills a placeholder.
+	for _, bad := range []string{"", "a/b", "+", "#", "x+"} {
+		if matchTopic([]string{"s", levelUsername}, "s/"+bad, bad, "c") {
+			t.Errorf("identity %q matched", bad)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { matchTopic([]string{"sensors", levelUsername, "+"}, "sensors/dev-1/temp", "dev-1", "c") }); n != 0 {
+		t.Errorf("matchTopic allocates %v times", n)
+	}
+}
+
+func TestWithin(t *testing.T) {
+	for _, tc := range []struct {
+		allowed, req string
+		want         bool
+	}{
+		{"sensors/+/+", "sensors/+/+", true},
+		{"sensors/+/+", "sensors/dev-1/temp", true},
+		{"sensors/+/+", "sensors/#", false},
+		{"sensors/+/+", "sensors/+", false},
+		{"sensors/+/+", "#", false},
+		{"sensors/#", "sensors/a/b/c", true},
+		{"sensors/#", "sensors/#", true},
+		{"sensors/#", "sensors", true},
+		{"commands/{username}/#", "commands/dev-1/#", true},
+		{"commands/{username}/#", "commands/dev-1/reboot", true},
+		{"commands/{username}/#", "commands/+/#", false},
+		{"commands/{username}/#", "commands/dev-2/#", false},
+		{"#", "#", true},
+		{"#", "$SYS/#", false},
+		{"$SYS/#", "$SYS/#", true},
+		{"$SYS/#", "#", false},
+		{"sensors/+/+", "$share/g/sensors/+/+", true},
+		{"sensors/+/+", "$share/g/#", false},
+	} {
+		if got := within(strings.Split(tc.allowed, "/"), tc.req, "dev-1", "c-1"); got != tc.want {
+			t.Errorf("within(%q, %q) = %v, want %v", tc.allowed, tc.req, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,228 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// Refusal is a reason the broker turned a client or a packet away.
+type Refusal int
+
+// Reasons for refusals, counted in Stats.Refused.
+const (
+	RefusedCredentials       Refusal = iota // CONNACK 0x86 / 3.1.1 code 5
+	RefusedPublish                          // ACL: PUBACK 0x87, dropped (QoS 0) or 3.1.1 disconnect
+	RefusedSubscribe                        // ACL: SUBACK 0x87
+	RefusedSubscriptionLimit                // SUBACK 0x87: mqtt.max_subscriptions_per_client
+	RefusedConnectRate                      // CONNACK 0x9F / 3.1.1 code 3
+	RefusedConnectTimeout                   // socket closed: no CONNECT within mqtt.connect_timeout
+	RefusedServerBusy                       // CONNACK 0x89 / 3.1.1 code 3: mqtt.max_clients
+	RefusedPacketTooLarge                   // DISCONNECT 0x95: mqtt.max_packet_bytes
+	RefusedReceiveMaximum                   // DISCONNECT 0x93
+	RefusedTopicAlias                       // DISCONNECT 0x94
+	RefusedMalformed                        // malformed or protocol-violating packet
+	RefusedPanic                            // the packet decoder panicked; the connection was closed
+	RefusedTLSHandshake                     // TLS handshake failed: old version, unknown client CA, not TLS
+	nRefusals
+)
+
+var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
+	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
+	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake"}
+
+func (r Refusal) String() string { return refusalNames[r] }
+
+// refusals counts refusals by reason.
+type refusals [nRefusals]atomic.Int64
+
+func (c *refusals) snapshot() map[string]int64 {
+	m := make(map[string]int64, nRefusals)
+	for i := range c {
+		m[refusalNames[i]] = c[i].Load()
+	}
+	return m
+}
+
+// classify names the refusal a connection's end error stands for, if any.
+func classify(err error) (Refusal, bool) {
+	var code packets.Code
+	switch {
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, mqtt.ErrConnectionClosed):
+		return 0, false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, false // keep alive expiry is counted by mochi; connect timeouts by the guard
+	case errors.As(err, &code):
+		switch code.Code {
+		case packets.ErrBadUsernameOrPassword.Code:
+			return 0, false // counted by the hook
+		case packets.ErrServerBusy.Code:
+			return RefusedServerBusy, true
+		case packets.ErrPacketTooLarge.Code:
+			return RefusedPacketTooLarge, true
+		case packets.ErrReceiveMaximum.Code:
+			return RefusedReceiveMaximum, true
+		case packets.ErrTopicAliasInvalid.Code:
+			return RefusedTopicAlias, true
+		case packets.ErrConnectionRateExceeded.Code, packets.ErrNotAuthorized.Code, packets.CodeDisconnect.Code:
+			return 0, false // counted where decided, or a normal end
+		}
+		if code.Code >= packets.ErrUnspecifiedError.Code {
+			return RefusedMalformed, true
+		}
+	}
+	return 0, false
+}
+
+// guarded wraps a mochi listener so that every connection it accepts
+//
+//   - must send its CONNECT within mqtt.connect_timeout (mochi itself has no
+//     deadline before CONNECT, so a silent socket would be held forever);
+//   - has its end classified and counted;
+//   - cannot take the process down: a panic in mochi's packet decoders
+//     (mochi-mqtt/server#501: a truncated MQTT 5 SUBSCRIBE indexes past
+//     its buffer) is recovered in the connection's goroutine, which is the
+//     one that reads and decodes its packets.
+type guarded struct {
+	listeners.Listener
+	g *Gateway
+	h *hook
+}
+
+func (l *guarded) Serve(establish listeners.EstablishFn) {
+	l.Listener.Serve(func(id string, c net.Conn) error {
+		g := l.g
+		g.connsOpen.Add(1)
+		defer g.connsOpen.Add(-1)
+		start := time.Now()
+		_ = c.SetDeadline(start.Add(g.cfg.MQTT.ConnectTimeout.D()))
+		defer func() {
+			if r := recover(); r != nil {
+				g.mqttRefused[RefusedPanic].Add(1)
+				c.Close()
+				g.log.Error("mqtt packet decoder panicked; connection closed", "listener", id, "remote", c.RemoteAddr(),
+					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				l.h.forgetConn(c)
+			}
+		}()
+		if tc, ok := c.(*tls.Conn); ok {
+			// Handshake under the connect deadline, so that a failure is
+			// told apart from the MQTT that follows.
+			if err := tc.Handshake(); err != nil {
+				g.mqttRefused[RefusedTLSHandshake].Add(1)
+				if ok, held := g.logLimiter.allow("tls", g.now()); ok {
+					g.log.Info("mqtt tls handshake failed", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
+				}
+				c.Close()
+				return nil
+			}
+		}
+		err := establish(id, c)
+		if r, ok := classify(err); ok {
+			g.mqttRefused[r].Add(1)
+		} else if errors.Is(err, os.ErrDeadlineExceeded) && strings.HasPrefix(err.Error(), "read connection:") {
+			// mochi wraps errors before and while reading CONNECT so.
+			g.mqttRefused[RefusedConnectTimeout].Add(1)
+		}
+		if err != nil {
+			if ok, held := g.logLimiter.allow("conn-end", g.now()); ok {
+				g.log.Debug("mqtt connection ended", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
+			}
+		}
+		// mochi's listener would log every ended connection at warn
+		// level; a flood of them is counted instead.
+		return nil
+	})
+}
+
+// tokenBucket allows rate events per second with bursts of burst.
+type tokenBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// take takes a token at now; if none is left it returns how long until one
+// is.
+func (b *tokenBucket) take(now time.Time, rate float64, burst int) time.Duration {
+	if b.last.IsZero() {
+		b.tokens = float64(burst)
+	} else {
+		b.tokens = min(float64(burst), b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
+}
+
+// connLimiter limits new connections per source address.
+type connLimiter struct {
+	rate   float64
+	burst  int
+	exempt []netip.Prefix
+
+	mu      sync.Mutex
+	buckets map[netip.Addr]*tokenBucket
+	swept   time.Time
+}
+
+func newConnLimiter(rate float64, burst int, exempt []string) *connLimiter {
+	l := &connLimiter{rate: rate, burst: burst, buckets: map[netip.Addr]*tokenBucket{}}
+	for _, e := range exempt {
+		if p, err := netip.ParsePrefix(e); err == nil { // validated with the configuration
+			l.exempt = append(l.exempt, p)
+		}
+	}
+	return l
+}
+
+// allow reports whether a connection from remote (host:port) may proceed.
+func (l *connLimiter) allow(remote string, now time.Time) bool {
+	if l.rate <= 0 {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return true // not an IP socket (a test pipe)
+	}
+	addr := ap.Addr().Unmap()
+	for _, p := range l.exempt {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.swept) > time.Minute {
+		// Forget addresses whose bucket has refilled: the map stays as
+		// large as the set of recent sources.
+		full := time.Duration(float64(l.burst)/l.rate*float64(time.Second)) + time.Second
+		for a, b := range l.buckets {
+			if now.Sub(b.last) > full {
+				delete(l.buckets, a)
+			}
+		}
+		l.swept = now
+	}
+	b := l.buckets[addr]
+	if b == nil {
+		b = &tokenBucket{}
+		l.buckets[addr] = b
+	}
+	return b.take(now, l.rate, l.burst) == 0
+}
