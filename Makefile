@@ -16,7 +16,7 @@ help:
 	@echo "             20 SIGKILL cycles under QoS 1 load, then an exact check in Kafka"
 	@echo "make crash-long  the same crash loop with 200 cycles"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
-	@echo "make fuzz    fuzz the payload decoder for FUZZTIME (default 60s)"
+	@echo "make fuzz    fuzz the payload decoder and the live MQTT listener, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
 	@echo "make build   bin/edgegate for this machine"
@@ -32,6 +32,9 @@ test:
 	# Without -race: the outage test trips a known data race inside sarama
 	# (IBM/sarama#2913), so it is skipped above and run here.
 	$(GO) test -count=1 -run TestOutageExactlyOnce ./bridge
+	# The race detector multiplies memory: the abuse test's RSS limit is
+	# checked here.
+	$(GO) test -count=1 -run TestAbuse ./gateway
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -50,6 +53,7 @@ bench:
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./gateway/payload
+	$(GO) test -run '^$$' -fuzz FuzzListener -fuzztime $(FUZZTIME) ./gateway
 
 cross:
 	@mkdir -p $(DIST)

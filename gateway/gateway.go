@@ -158,7 +158,7 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  cfg.MQTT.ClientReadBuffer,
 		ClientNetWriteBufferSize: cfg.MQTT.ClientWriteBuffer,
-		Logger:                   log.With("component", "mqtt"),
+		Logger:                   slog.New(newQuietHandler(log.Handler())).With("component", "mqtt"),
 		SysTopicResendInterval:   30,
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})

@@ -44,7 +44,7 @@ const (
 // t0 is the gateway's (fixed) clock in the integration test.
 var t0 = time.Date(2026, 11, 30, 10, 5, 30, 0, time.UTC)
 
-func testConfig(t *testing.T, brokers []string) *configs.Config {
+func testConfig(t testing.TB, brokers []string) *configs.Config {
 	c := configs.Default()
 	c.Gateway.ID = "gw-it"
 	c.Gateway.DataDir = t.TempDir()
@@ -564,7 +564,7 @@ func ptr[T any](v T) *T { return &v }
 // runGateway starts a gateway on cfg with an output that only counts, and
 // returns it with a function that stops it (requiring a clean stop). A
 // test calls it again on the same data directory to restart.
-func runGateway(t *testing.T, cfg *configs.Config) (*gateway.Gateway, func()) {
+func runGateway(t testing.TB, cfg *configs.Config) (*gateway.Gateway, func()) {
 	t.Helper()
 	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
 	if err != nil {

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -225,4 +227,39 @@ func (l *connLimiter) allow(remote string, now time.Time) bool {
 		l.buckets[addr] = b
 	}
 	return b.take(now, l.rate, l.burst) == 0
+}
+
+// quietHandler rate-limits the broker's log: mochi logs every malformed
+// packet at warn level with the whole packet, so a client sending garbage
+// in a loop would otherwise fill the card with log. Each message is logged
+// at most once per 10 s, with the number suppressed since; info messages
+// (start and stop) pass.
+type quietHandler struct {
+	slog.Handler
+	lim *rateLimiter
+}
+
+func newQuietHandler(h slog.Handler) *quietHandler {
+	return &quietHandler{Handler: h, lim: &rateLimiter{every: 10 * time.Second}}
+}
+
+func (q *quietHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level != slog.LevelInfo {
+		ok, held := q.lim.allow(r.Message, r.Time)
+		if !ok {
+			return nil
+		}
+		if held > 0 {
+			r.AddAttrs(slog.Int("suppressed_since_last", held))
+		}
+	}
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q *quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &quietHandler{Handler: q.Handler.WithAttrs(as), lim: q.lim}
+}
+
+func (q *quietHandler) WithGroup(name string) slog.Handler {
+	return &quietHandler{Handler: q.Handler.WithGroup(name), lim: q.lim}
 }

@@ -112,8 +112,9 @@ func writeUsers(t *testing.T, users map[string]string) string {
 
 // v5 is an MQTT 5 client speaking raw packets, to see exact reason codes.
 type v5 struct {
-	t    *testing.T
-	conn net.Conn
+	t       *testing.T
+	conn    net.Conn
+	connack *packets.Connack
 }
 
 // dialV5 connects over conn and returns the client and the CONNACK reason
@@ -128,12 +129,20 @@ func dialV5(t *testing.T, conn net.Conn, id, user, pass string) (*v5, byte) {
 	if pass != "" {
 		c.Password, c.PasswordFlag = []byte(pass), true
 	}
-	cl := &v5{t, conn}
+	return connectV5(t, conn, c)
+}
+
+// connectV5 sends c over conn and returns the client and the CONNACK's
+// reason code.
+func connectV5(t *testing.T, conn net.Conn, c *packets.Connect) (*v5, byte) {
+	t.Helper()
+	cl := &v5{t: t, conn: conn}
 	cl.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT}, Content: c})
 	ack, ok := cl.read().Content.(*packets.Connack)
 	if !ok {
 		t.Fatal("no CONNACK")
 	}
+	cl.connack = ack
 	return cl, ack.ReasonCode
 }
 
