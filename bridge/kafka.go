@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,10 @@ type KafkaOptions struct {
 	// are ridden out by sarama's own retries (the outage test resumes in
 	// under a second).
 	StallTimeout time.Duration
+	// TLS, if set, encrypts the connections to the brokers.
+	TLS *tls.Config
+	// SASL, if set, authenticates to the brokers.
+	SASL *SASL
 }
 
 // SaramaConfig returns the producer configuration: idempotent (so retries
@@ -72,6 +77,7 @@ func SaramaConfig(o KafkaOptions) *sarama.Config {
 		c.Producer.Transaction.Retry.BackoffFunc = c.Producer.Retry.BackoffFunc
 		c.Consumer.IsolationLevel = sarama.ReadCommitted
 	}
+	applySecurity(c, o)
 	return c
 }
 
@@ -90,7 +96,7 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 		select {
 		case r := <-ch:
 			if r.err != nil {
-				return nil, explainKafkaError(r.err)
+				return nil, explainKafkaError(r.err, o)
 			}
 			return &saramaProducer{p: r.p, o: o, hbytes: map[string][]byte{}}, nil
 		case <-ctx.Done():
@@ -102,13 +108,6 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 			return nil, ctx.Err()
 		}
 	}
-}
-
-func explainKafkaError(err error) error {
-	if errors.Is(err, sarama.ErrOutOfBrokers) {
-		return fmt.Errorf("no Kafka broker reachable (%w)", err)
-	}
-	return err
 }
 
 type saramaProducer struct {
@@ -293,7 +292,7 @@ func (s *saramaProducer) Delivered(ctx context.Context) (Position, bool, error) 
 	cfg.Consumer.Return.Errors = true
 	client, err := sarama.NewClient(s.o.Brokers, cfg)
 	if err != nil {
-		return Position{}, false, explainKafkaError(err)
+		return Position{}, false, explainKafkaError(err, s.o)
 	}
 	defer client.Close()
 	parts, err := client.Partitions(s.o.OffsetsTopic)

@@ -69,6 +69,12 @@ func Consume(t testing.TB, brokers []string, topic string, want int, timeout tim
 func ConsumeN(brokers []string, topic string, want int, timeout time.Duration) ([]*sarama.ConsumerMessage, error) {
 	cfg := sarama.NewConfig()
 	cfg.Version = sarama.V2_8_0_0
+	return ConsumeWith(cfg, brokers, topic, want, timeout)
+}
+
+// ConsumeWith is ConsumeN with a base configuration (for TLS or SASL);
+// it sets read_committed isolation.
+func ConsumeWith(cfg *sarama.Config, brokers []string, topic string, want int, timeout time.Duration) ([]*sarama.ConsumerMessage, error) {
 	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
 	cfg.Consumer.Return.Errors = true
 	cfg.Consumer.Fetch.Max = 1 << 20
