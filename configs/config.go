@@ -569,7 +569,9 @@ func (c *Config) Validate() error {
 	if c.Gateway.DataDir == "" {
 		add("gateway.data_dir", "is empty; set a directory the gateway may write, e.g. /var/lib/edgegate")
 	}
-	checkAddr(add, "mqtt.listen", c.MQTT.Listen, false)
+	if c.MQTT.Listen != "" {
+		checkAddr(add, "mqtt.listen", c.MQTT.Listen, false)
+	}
 	if len(c.MQTT.Topics) == 0 {
 		add("mqtt.topics", `is empty; list at least one pattern, e.g. ["sensors/{device}/{metric}"]`)
 	}

@@ -107,3 +107,59 @@ func TestSensorsConfig(t *testing.T) {
 		t.Errorf("topic %q %v", topic, ok)
 	}
 }
+
+func TestRolesFollowTopics(t *testing.T) {
+	c, err := Load("testdata/full.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := c.Roles()
+	if got := strings.Join(r["device"].Publish, " "); got != strings.Join(wantDevicePublish(c.MQTT.Topics), " ") {
+		t.Errorf("device publish = %q", got)
+	}
+	if got := strings.Join(r["subscriber"].Subscribe, " "); !strings.Contains(got, "plant/+/m/+") {
+		t.Errorf("subscriber subscribe = %q", got)
+	}
+	if r["admin"].Subscribe[1] != "$SYS/#" {
+		t.Errorf("admin = %+v", r["admin"])
+	}
+}
+
+// wantDevicePublish spells out the device role for the topics of
+// full.good.yaml.
+func wantDevicePublish(topics []string) []string {
+	want := map[string]string{"plant/{device}/m/{metric}": "plant/{username}/m/+", "plant/{device}": "plant/{username}"}
+	var out []string
+	for _, t := range topics {
+		out = append(out, want[t])
+	}
+	return out
+}
+
+func TestWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u}", nil},
+		{"mqtt: {listen: 'localhost:1883', users_file: u}", nil},
+		{"mqtt: {listen: '[::1]:1883', users_file: u}", nil},
+		{"mqtt: {listen: '0.0.0.0:1883', users_file: u}", []string{"mqtt.listen"}},
+		{"mqtt: {listen: ':1883', users_file: u}", []string{"mqtt.listen"}},
+		{"mqtt: {listen: '0.0.0.0:1883', allow_anonymous: true}", []string{"mqtt.listen", "mqtt.allow_anonymous"}},
+		{"mqtt: {listen: '127.0.0.1:1883', allow_anonymous: true}", nil},
+		{"mqtt: {listen: '', users_file: u, tls: {listen: '0.0.0.0:8883', cert_file: c, key_file: k}, websocket: {listen: '0.0.0.0:8884'}}", []string{"mqtt.websocket.listen"}},
+	} {
+		c, err := Parse([]byte(tc.yaml + "\nkafka: {brokers: ['k:9092']}\n"))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.yaml, err)
+		}
+		var keys []string
+		for _, w := range c.Warnings() {
+			keys = append(keys, w[:strings.Index(w, ":")])
+		}
+		if strings.Join(keys, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("%s: warnings %q, want keys %q", tc.yaml, c.Warnings(), tc.want)
+		}
+	}
+}

@@ -1,13 +1,10 @@
 package gateway_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -17,81 +14,14 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/packets"
+	"github.com/gorilla/websocket"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/configs/testpki"
 	"github.com/edgegate/edgegate/gateway"
 )
-
-// testPKI is a throwaway certificate authority.
-type testPKI struct {
-	t    *testing.T
-	dir  string
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	file string // the CA certificate, PEM
-}
-
-var serial int64 = 1
-
-func newPKI(t *testing.T, name string) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	serial++
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	p := &testPKI{t: t, dir: t.TempDir(), cert: cert, key: key}
-	p.file = p.write(name+".pem", "CERTIFICATE", der)
-	return p
-}
-
-func (p *testPKI) write(name, typ string, der []byte) string {
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		p.t.Fatal(err)
-	}
-	return path
-}
-
-// issue signs a certificate for cn (a server certificate for 127.0.0.1,
-// or a client one) and returns the PEM files and the parsed pair.
-func (p *testPKI) issue(cn string, server bool) (certFile, keyFile string, pair tls.Certificate) {
-	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
-	serial++
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.cert, &key.PublicKey, p.key)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	certFile = p.write(cn+"-"+tmpl.SerialNumber.String()+".crt", "CERTIFICATE", der)
-	keyFile = p.write(cn+"-"+tmpl.SerialNumber.String()+".key", "EC PRIVATE KEY", kder)
-	pair, err = tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return certFile, keyFile, pair
-}
 
 func writeUsers(t *testing.T, users map[string]string) string {
 	t.Helper()
@@ -277,14 +207,14 @@ func dial(t *testing.T, addr string) net.Conn {
 // secureConfig: no anonymous clients, users dev-1, dev-2, dash
 // (subscriber) and ops (admin); a TLS listener whose client CA makes
 // certificates identities.
-func secureConfig(t *testing.T, ca *testPKI) *configs.Config {
+func secureConfig(t *testing.T, ca *testpki.CA) *configs.Config {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
 	cfg.MQTT.AllowAnonymous = false
 	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"dev-1": "pw-1", "dev-2": "pw-2", "dash": "pw-d", "ops": "pw-o"})
 	cfg.MQTT.ACL.Users = map[string]string{"dash": "subscriber", "ops": "admin"}
 	cfg.MQTT.TLS.Listen = "127.0.0.1:0"
-	cfg.MQTT.TLS.CertFile, cfg.MQTT.TLS.KeyFile, _ = ca.issue("gateway", true)
-	cfg.MQTT.TLS.ClientCAFile = ca.file
+	cfg.MQTT.TLS.CertFile, cfg.MQTT.TLS.KeyFile, _ = ca.Issue("gateway", true)
+	cfg.MQTT.TLS.ClientCAFile = ca.File
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +225,7 @@ func secureConfig(t *testing.T, ca *testPKI) *configs.Config {
 // the exact MQTT 5 reason codes, 3.1.1 return codes and disconnects, and
 // that a refused reading is counted and never aggregated.
 func TestAuthAndACL(t *testing.T) {
-	ca := newPKI(t, "test-ca")
+	ca := testpki.New(t, "test-ca")
 	cfg := secureConfig(t, ca)
 	gw, stop := runGateway(t, cfg)
 	defer stop()
@@ -383,10 +313,10 @@ func TestAuthAndACL(t *testing.T) {
 	}
 
 	// TLS with client certificates: the certificate names the device.
-	_, _, dev3 := ca.issue("dev-3", false)
+	_, _, dev3 := ca.Issue("dev-3", false)
 	tlsDial := func(certs ...tls.Certificate) (net.Conn, error) {
 		pool := x509.NewCertPool()
-		pool.AddCert(ca.cert)
+		pool.AddCert(ca.Cert)
 		c := &tls.Config{RootCAs: pool}
 		if len(certs) > 0 {
 			// Send the certificate even if its CA is not one the server
@@ -423,7 +353,7 @@ func TestAuthAndACL(t *testing.T) {
 		t.Errorf("TLS with password: CONNACK %#x", code)
 	}
 	// A certificate from another CA fails the handshake.
-	_, _, stranger := newPKI(t, "other-ca").issue("dev-1", false)
+	_, _, stranger := testpki.New(t, "other-ca").Issue("dev-1", false)
 	if conn, err = tlsDial(stranger); err == nil {
 		// TLS 1.3 reports the client certificate's rejection on first read.
 		conn.Write(v3Connect("z", "", ""))
@@ -459,12 +389,12 @@ func TestAuthAndACL(t *testing.T) {
 // called (SIGHUP), new connections get the new certificate, and a device
 // added to the users file can log in.
 func TestTLSReload(t *testing.T) {
-	ca := newPKI(t, "reload-ca")
+	ca := testpki.New(t, "reload-ca")
 	cfg := secureConfig(t, ca)
 	gw, stop := runGateway(t, cfg)
 	defer stop()
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	serialOf := func() *big.Int {
 		c, err := tls.Dial("tcp", gw.TLSAddr(), &tls.Config{RootCAs: pool})
 		if err != nil {
@@ -474,7 +404,7 @@ func TestTLSReload(t *testing.T) {
 		return c.ConnectionState().PeerCertificates[0].SerialNumber
 	}
 	before := serialOf()
-	cert, key, pair := ca.issue("gateway", true)
+	cert, key, pair := ca.Issue("gateway", true)
 	for src, dst := range map[string]string{cert: cfg.MQTT.TLS.CertFile, key: cfg.MQTT.TLS.KeyFile} {
 		b, _ := os.ReadFile(src)
 		os.WriteFile(dst, b, 0o600)
@@ -532,5 +462,60 @@ func TestSecureDefaults(t *testing.T) {
 	defer stop()
 	if _, code := dialV5(t, dial(t, gw.Addr()), "anon", "", ""); code != 0x86 {
 		t.Errorf("anonymous CONNECT: %#x, want 0x86", code)
+	}
+}
+
+// TestWebSocketListener: MQTT over WebSocket reaches the same broker,
+// with the same authentication, and its readings are aggregated.
+func TestWebSocketListener(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.AllowAnonymous = false
+	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"dev-ws": "pw"})
+	cfg.MQTT.WebSocket.Listen = fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t))
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	var ws *websocket.Conn
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		ws, _, err = (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+gw.WebSocketAddr()+"/", nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	defer ws.Close()
+	roundTrip := func(cp *packets.ControlPacket) *packets.ControlPacket {
+		t.Helper()
+		var b bytes.Buffer
+		cp.WriteTo(&b)
+		if err := ws.WriteMessage(websocket.BinaryMessage, b.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+		ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, msg, err := ws.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := packets.ReadPacket(bytes.NewReader(msg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	ack := roundTrip(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT},
+		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "ws", CleanStart: true, KeepAlive: 30,
+			UsernameFlag: true, Username: "dev-ws", PasswordFlag: true, Password: []byte("pw"), Properties: &packets.Properties{}}})
+	if ca, ok := ack.Content.(*packets.Connack); !ok || ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK %v", ack)
+	}
+	pa := roundTrip(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: 2},
+		Content: &packets.Publish{QoS: 1, PacketID: 1, Topic: "sensors/dev-ws/temp", Payload: []byte("3"), Properties: &packets.Properties{}}})
+	if p, ok := pa.Content.(*packets.Puback); !ok || p.ReasonCode != 0 {
+		t.Fatalf("PUBACK %v", pa)
+	}
+	if st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] == 1 }); st.Outcomes["aggregated"] != 1 {
+		t.Errorf("aggregated %d, want 1", st.Outcomes["aggregated"])
 	}
 }
