@@ -85,7 +85,11 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 		logOut = stderr
 	}
 	log := newLogger(&cfg, logOut)
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(kafkaOptions(&cfg, "edgegate-demo")), time.Now)
+	ko, err := kafkaOptions(&cfg, "edgegate-demo")
+	if err != nil {
+		return err
+	}
+	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(ko), time.Now)
 	if err != nil {
 		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
 	}

@@ -31,6 +31,7 @@ Usage:
   edgegate run --config FILE     run the gateway
   edgegate demo [flags]          in-process Kafka, gateway and simulated devices
   edgegate check --config FILE   validate a config file and print the effective config
+  edgegate passwd [-c] [-D] FILE USER   add, update (-c: create) or delete a device's password
   edgegate status [--url U]      the running gateway's state, from its HTTP endpoint
   edgegate sensors scan --bus B  list the devices on an I2C bus, naming BME280/SHT3x/BH1750
   edgegate version               print the version
@@ -67,6 +68,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "check":
 		err = cmdCheck(args[1:], stdout, stderr)
+	case "passwd":
+		err = cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "sensors":
 		err = cmdSensors(args[1:], stdout, stderr)
 	case "status":
@@ -141,6 +144,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 	out, err := cfg.Marshal()
 	if err != nil {
 		return err
+	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "# %s is valid. Effective configuration:\n%s", *path, out)
 	return nil

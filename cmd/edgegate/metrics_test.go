@@ -33,7 +33,11 @@ func runPipeline(t *testing.T, id string) (context.Context, *pipeline) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(kafkaOptions(&cfg, id)), time.Now)
+	ko, err := kafkaOptions(&cfg, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(ko), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

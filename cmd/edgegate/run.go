@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -12,6 +14,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -35,24 +38,65 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	log := newLogger(cfg, stderr)
 	log.Info("edgegate starting", "version", version, "gateway", cfg.Gateway.ID, "mqtt", cfg.MQTT.Listen,
 		"kafka", cfg.Kafka.Brokers, "window", cfg.Aggregate.Window.D().String())
-	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(kafkaOptions(cfg, cfg.Kafka.ClientID)), time.Now)
+	for _, w := range cfg.Warnings() {
+		log.Warn("insecure configuration: " + w)
+	}
+	ko, err := kafkaOptions(cfg, cfg.Kafka.ClientID)
 	if err != nil {
 		return err
 	}
+	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(ko), time.Now)
+	if err != nil {
+		return err
+	}
+	// SIGHUP (systemctl reload) rereads the users file and the TLS
+	// certificates.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	rctx, rcancel := context.WithCancel(ctx)
+	reloaded := make(chan struct{})
+	go func() {
+		defer close(reloaded)
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-hup:
+				if err := p.gw.Reload(); err != nil {
+					log.Error("reload failed; keeping the users and certificates loaded before", "err", err)
+				}
+			}
+		}
+	}()
 	err = p.run(ctx)
+	rcancel()
+	<-reloaded
 	log.Info("edgegate stopped", "err", err)
 	return err
 }
 
-// kafkaOptions derives the producer's options from the configuration.
-func kafkaOptions(cfg *configs.Config, clientID string) bridge.KafkaOptions {
+// kafkaOptions derives the producer's options from the configuration,
+// reading the TLS files and the SASL password.
+func kafkaOptions(cfg *configs.Config, clientID string) (bridge.KafkaOptions, error) {
 	o := bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: clientID}
 	if cfg.Kafka.ExactlyOnce {
 		o.TransactionalID = cfg.TransactionalID()
 		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
 		o.PositionKey = cfg.Gateway.ID
 	}
-	return o
+	var err error
+	if o.TLS, err = kafkaTLS(cfg.Kafka.TLS); err != nil {
+		return o, err
+	}
+	if m := cfg.Kafka.SASL.Mechanism; m != "" {
+		pw, err := cfg.Kafka.SASL.Password()
+		if err != nil {
+			return o, err
+		}
+		o.SASL = &bridge.SASL{Mechanism: m, User: cfg.Kafka.SASL.Username, Password: pw}
+	}
+	return o, nil
 }
 
 func newLogger(cfg *configs.Config, w io.Writer) *slog.Logger {
@@ -255,4 +299,31 @@ func (p *pipeline) handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// kafkaTLS builds the TLS configuration to the brokers, or nil when TLS
+// is off.
+func kafkaTLS(c configs.KafkaTLS) (*tls.Config, error) {
+	if !c.Enabled {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate in it", c.CAFile)
+		}
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("kafka.tls: load client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +71,16 @@ func printStatus(w io.Writer, st status) {
 		dead += n
 	}
 	row("mqtt", "%d clients, %d publications, %d duplicates ignored, %d refused at the quota", m.Clients, m.Publishes, m.Duplicates, m.Refused)
+	var refused []string
+	for _, r := range slices.Sorted(maps.Keys(m.MQTTRefused)) {
+		if n := m.MQTTRefused[r]; n > 0 {
+			refused = append(refused, fmt.Sprintf("%s %d", r, n))
+		}
+	}
+	if len(refused) == 0 {
+		refused = []string{"none"}
+	}
+	row("security", "refused: %s; %d publications throttled; %d sockets open", strings.Join(refused, ", "), m.Throttled, m.Sockets)
 	row("readings", "%d aggregated, %d late revisions, %d too late, %d future, %d evicted, %d invalid, %d payloads refused",
 		m.Outcomes["aggregated"], m.Outcomes["late_revised"], m.Outcomes["too_late"], m.Outcomes["future"],
 		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], dead)
