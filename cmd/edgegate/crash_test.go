@@ -110,8 +110,9 @@ func TestCrashLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &crashGateway{t: t, bin: bin, cfg: filepath.Join(dir, "edgegate.yaml"), mqtt: kafkatest.Addr(kafkatest.FreePort(t)), logs: logs}
+	// publish_rate_per_client 0: the devices publish as fast as they can.
 	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: crash-gw, data_dir: %s}
-mqtt: {listen: "%s", allow_anonymous: true}
+mqtt: {listen: "%s", allow_anonymous: true, publish_rate_per_client: 0}
 kafka: {brokers: ["%s"]}
 storage: {checkpoint_interval: 300ms}
 aggregate: {allowed_lateness: 3h, max_retained_windows: 2}
