@@ -84,7 +84,9 @@ func TestMetrics(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		text = string(b)
-		if strings.Contains(text, `edgegate_readings_total{outcome="aggregated"} 2`) || time.Now().After(deadline) {
+		// Publications are applied in order: once the last one (a
+		// rejected payload) counts, every one does.
+		if strings.Contains(text, `edgegate_payloads_rejected_total{reason="not_a_number"} 3`) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
