@@ -9,11 +9,17 @@
 package firmwaresim
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -55,6 +61,10 @@ type Signal struct {
 	Period     time.Duration
 	Noise      float64 // standard deviation
 	Resolution float64 // e.g. 0.01; 0 keeps full precision
+	// Every StepEvery the level steps by StepSize, up then down again (a
+	// door opening, a heater switching).
+	StepEvery time.Duration
+	StepSize  float64
 }
 
 // At returns the signal's value at t, with noise drawn from rng.
@@ -63,6 +73,9 @@ func (s Signal) At(t time.Time, rng *rand.Rand) float64 {
 	v := s.Base + s.Drift*math.Mod(secs, 86400)/3600
 	if s.Period > 0 {
 		v += s.Amplitude * math.Sin(2*math.Pi*secs/s.Period.Seconds())
+	}
+	if s.StepEvery > 0 && int64(secs/s.StepEvery.Seconds())%2 == 1 {
+		v += s.StepSize
 	}
 	if s.Noise > 0 {
 		v += rng.NormFloat64() * s.Noise
@@ -100,30 +113,115 @@ type Device struct {
 	QoS      byte
 	Form     Form
 	Prefix   string // topic prefix; default "sensors"
+	// Protocol is the MQTT version: 5 (the default, eclipse/paho.golang)
+	// or 4 for 3.1.1 (eclipse/paho.mqtt.golang), as many field devices
+	// still speak.
+	Protocol byte
+	Behaviour
 }
 
-// Sent is one reading a device tried to send.
+// Behaviour is how a device's firmware departs from the ideal.
+type Behaviour struct {
+	// Every OfflineEvery (from a random phase) the device loses its
+	// network for OfflineFor: it disconnects and keeps taking readings in
+	// an ordered buffer, which it replays oldest first when it is back.
+	// With Interleave, readings taken during the replay are sent at once,
+	// ahead of the rest of the buffer, as firmware with a live channel
+	// does; without, they queue behind it.
+	OfflineEvery, OfflineFor time.Duration
+	Interleave               bool
+	// The device's clock runs ClockSkew ahead of true time (negative:
+	// behind) and gains ClockDrift seconds per second from the fleet's
+	// start. Event times in payloads come from this clock.
+	ClockSkew  time.Duration
+	ClockDrift float64
+	// DuplicateProb is the chance that a publication is sent twice (a
+	// firmware retry bug: the second is a new publication, not a DUP).
+	DuplicateProb float64
+	// ReorderWithin delays each publication by a random time up to this
+	// bound before it is sent, so publications leave out of order, none
+	// more than this late.
+	ReorderWithin time.Duration
+	// MalformedProb is the chance that a publication's payload is
+	// replaced by one the gateway cannot decode.
+	MalformedProb float64
+}
+
+// Kinds of truth records.
+const (
+	KindReading   = "reading"   // a reading as sampled
+	KindDuplicate = "duplicate" // the same reading sent again
+	KindMalformed = "malformed" // a payload that cannot be decoded; no reading
+)
+
+// Sent is one reading a device tried to send (or, with KindMalformed, one
+// undecodable publication).
 type Sent struct {
-	Device string
-	Metric string
-	Unit   string
-	Time   time.Time // event time as encoded in the payload (arrival time is unknown for the bare form)
-	Value  float64
-	QoS    byte
-	Acked  bool // QoS > 0 and acknowledged with success
-	Err    string
+	Device string    `json:"device"`
+	Metric string    `json:"metric,omitempty"`
+	Unit   string    `json:"unit,omitempty"`
+	Time   time.Time `json:"t"` // event time as encoded in the payload (arrival time is unknown for the bare form)
+	Value  float64   `json:"v"`
+	QoS    byte      `json:"qos"`
+	Acked  bool      `json:"acked"` // QoS > 0 and acknowledged with success
+	Err    string    `json:"err,omitempty"`
+	Kind   string    `json:"kind"`
+	Topic  string    `json:"topic"`
+	Bare   bool      `json:"bare,omitempty"` // the payload carried no time: the gateway stamps its arrival
+	// SendStart and SentAt are the wall times the attempt began and ended:
+	// the gateway received it in between.
+	SendStart time.Time `json:"send_start"`
+	SentAt    time.Time `json:"sent_at"`
+	Form      string    `json:"form,omitempty"`
 }
 
-// Truth records what the fleet sent. It is safe for concurrent use.
+// Counted reports whether the gateway must count this reading exactly
+// once: a QoS 1/2 reading it acknowledged, or a QoS 0 reading written
+// without error (QoS 0 is best effort by the protocol, but on a healthy
+// link it arrives).
+func (s Sent) Counted() bool {
+	if s.Kind == KindMalformed {
+		return false
+	}
+	if s.QoS > 0 {
+		return s.Acked
+	}
+	return s.Err == ""
+}
+
+// Truth records what the fleet sent: in memory, and as JSON lines to W if
+// set. It is safe for concurrent use.
 type Truth struct {
+	W io.Writer
+
 	mu   sync.Mutex
 	sent []Sent
+	buf  []byte
+	err  error
 }
 
 func (t *Truth) add(s []Sent) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.sent = append(t.sent, s...)
-	t.mu.Unlock()
+	if t.W == nil || t.err != nil {
+		return
+	}
+	t.buf = t.buf[:0]
+	for _, x := range s {
+		b, _ := json.Marshal(x)
+		t.buf = append(append(t.buf, b...), '\n')
+	}
+	if _, err := t.W.Write(t.buf); err != nil {
+		t.err = fmt.Errorf("write truth log: %w", err)
+	}
+}
+
+// Err returns the first error writing the log.
+func (t *Truth) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
 }
 
 // Sent returns a copy of the records so far.
@@ -133,19 +231,57 @@ func (t *Truth) Sent() []Sent {
 	return append([]Sent(nil), t.sent...)
 }
 
+// ReadTruth reads a truth log written as JSON lines.
+func ReadTruth(r io.Reader) ([]Sent, error) {
+	var out []Sent
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var s Sent
+		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
+			return nil, fmt.Errorf("truth log line %d: %w", n, err)
+		}
+		out = append(out, s)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read truth log: %w", err)
+	}
+	return out, nil
+}
+
+// Subscriber is a local consumer, such as a dashboard, that subscribes to
+// Filter and takes Delay over each message it receives: a slow consumer.
+type Subscriber struct {
+	ID, Username, Password string
+	Filter                 string
+	Delay                  time.Duration
+}
+
 // Fleet runs devices against one broker address.
 type Fleet struct {
-	Addr    string
-	Devices []Device
-	Truth   *Truth           // optional
-	Now     func() time.Time // default time.Now
-	Seed    uint64
+	Addr        string
+	Devices     []Device
+	Subscribers []Subscriber
+	Truth       *Truth           // optional
+	Now         func() time.Time // default time.Now
+	Seed        uint64
+	// StormEvery, if set, drops every device's connection at once this
+	// often (from the start), and they all reconnect at once: a reconnect
+	// storm, as after a gateway reboot or a Wi-Fi outage.
+	StormEvery time.Duration
 	// OnError, if set, receives connection and publish errors; the device
 	// reconnects after a pause.
 	OnError func(device string, err error)
 
-	sent, acked, errs, connects atomic.Uint64
-	ackLatency                  [latencyBuckets + 1]atomic.Uint64 // 100 µs buckets; the last is ≥ 100 ms
+	sent, acked, errs, connects, received, buffered atomic.Uint64
+	ackLatency                                      [latencyBuckets + 1]atomic.Uint64 // 100 µs buckets; the last is ≥ 100 ms
+
+	stormMu sync.Mutex
+	storm   chan struct{} // closed at each storm, then replaced
+	storms  atomic.Uint64
 }
 
 const latencyBuckets = 1000 // of 100 µs: up to 100 ms
@@ -184,30 +320,72 @@ type FleetStats struct {
 	Acked    uint64 // readings acknowledged (QoS > 0)
 	Errors   uint64 // connection and publish errors
 	Connects uint64 // successful connections, first ones included
+	Buffered uint64 // publications waiting in devices' buffers (offline, or behind a replay)
+	Received uint64 // messages the subscribers received
+	Storms   uint64 // reconnect storms so far
 }
 
 // Stats returns the fleet's counters; safe to call while it runs.
 func (f *Fleet) Stats() FleetStats {
-	return FleetStats{Sent: f.sent.Load(), Acked: f.acked.Load(), Errors: f.errs.Load(), Connects: f.connects.Load()}
+	return FleetStats{Sent: f.sent.Load(), Acked: f.acked.Load(), Errors: f.errs.Load(), Connects: f.connects.Load(),
+		Buffered: f.buffered.Load(), Received: f.received.Load(), Storms: f.storms.Load()}
 }
 
-// Run runs every device until ctx is cancelled, then disconnects them.
+// Run runs every device and subscriber until ctx is cancelled, then
+// disconnects them.
 func (f *Fleet) Run(ctx context.Context) error {
 	now := f.Now
 	if now == nil {
 		now = time.Now
 	}
+	start := now()
+	f.stormMu.Lock()
+	f.storm = make(chan struct{})
+	f.stormMu.Unlock()
 	var wg sync.WaitGroup
+	if f.StormEvery > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(f.StormEvery)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					f.stormMu.Lock()
+					close(f.storm)
+					f.storm = make(chan struct{})
+					f.stormMu.Unlock()
+					f.storms.Add(1)
+				}
+			}
+		}()
+	}
+	for _, sub := range f.Subscribers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.runSubscriber(ctx, sub)
+		}()
+	}
 	for i, d := range f.Devices {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(f.Seed, uint64(i)))
-			f.runDevice(ctx, d, rng, now)
+			(&device{f: f, d: d, rng: rng, now: now, start: start}).run(ctx)
 		}()
 	}
 	wg.Wait()
 	return nil
+}
+
+func (f *Fleet) stormCh() <-chan struct{} {
+	f.stormMu.Lock()
+	defer f.stormMu.Unlock()
+	return f.storm
 }
 
 func (f *Fleet) report(dev string, err error) {
@@ -217,77 +395,299 @@ func (f *Fleet) report(dev string, err error) {
 	}
 }
 
-func (f *Fleet) runDevice(ctx context.Context, d Device, rng *rand.Rand, now func() time.Time) {
+// outMsg is a publication waiting to be sent, with the truth records of
+// what it carries.
+type outMsg struct {
+	Message
+	sent []Sent
+	due  time.Time // release time, when reordered
+}
+
+// device is one device's firmware loop: it samples on its timer, goes
+// offline and back on its schedule, and sends its queues in order. One
+// goroutine runs it, so its queues need no lock.
+type device struct {
+	f     *Fleet
+	d     Device
+	rng   *rand.Rand
+	now   func() time.Time
+	start time.Time
+
+	c       conn
+	online  bool
+	backlog []outMsg // taken while offline (or queued behind them): replayed oldest first
+	live    []outMsg // taken while online
+	delayed []outMsg // held back to leave out of order (ReorderWithin), by due time
+}
+
+// clock is the device's own clock: skewed and drifting.
+func (dv *device) clock(t time.Time) time.Time {
+	return t.Add(dv.d.ClockSkew + time.Duration(dv.d.ClockDrift*float64(t.Sub(dv.start))))
+}
+
+func (dv *device) pending() int { return len(dv.backlog) + len(dv.live) }
+
+func (dv *device) run(ctx context.Context) {
+	d, f := dv.d, dv.f
+	defer func() {
+		if dv.c != nil {
+			dv.c.close()
+		}
+		f.buffered.Add(-uint64(dv.pending() + len(dv.delayed))) // what is left is not sent
+	}()
 	// Connect at once, as a device does when it boots, then sample at a
 	// random phase so a fleet does not publish in lockstep.
-	var c *paho.Client
-	defer func() {
-		if c != nil {
-			c.Disconnect(&paho.Disconnect{})
-		}
-	}()
-	if cc, err := Dial(ctx, f.Addr, d.ID, d.Username, d.Password); err != nil {
-		f.report(d.ID, err)
-	} else {
-		c = cc
-		f.connects.Add(1)
+	dv.online = true
+	dv.connect(ctx)
+	sample := time.NewTimer(time.Duration(dv.rng.Int64N(int64(d.Interval) + 1)))
+	defer sample.Stop()
+	offline := time.NewTimer(time.Hour)
+	offline.Stop()
+	if d.OfflineEvery > 0 && d.OfflineFor > 0 {
+		offline.Reset(time.Duration(dv.rng.Int64N(int64(d.OfflineEvery))) + d.OfflineFor/2)
 	}
-	timer := time.NewTimer(time.Duration(rng.Int64N(int64(d.Interval) + 1)))
-	defer timer.Stop()
+	defer offline.Stop()
+	release := time.NewTimer(time.Hour)
+	release.Stop()
+	defer release.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	retrying := false
+	storm := f.stormCh() // refreshed only once a storm is seen, so none is missed while sending
 	for {
+		if len(dv.delayed) > 0 {
+			release.Reset(max(0, dv.delayed[0].due.Sub(dv.now())))
+		}
+		if dv.online && dv.c != nil && dv.pending() > 0 {
+			// Something to send: take any due event first, else send one.
+			select {
+			case <-ctx.Done():
+				return
+			case <-sample.C:
+				sample.Reset(d.Interval)
+				dv.sample()
+			case <-offline.C:
+				dv.toggle(ctx, offline)
+			case <-release.C:
+				dv.release()
+			case <-storm:
+				storm = f.stormCh()
+				dv.drop()
+				dv.connect(ctx)
+			default:
+				if !dv.sendOne(ctx) {
+					retry.Reset(200 * time.Millisecond)
+					retrying = true
+				}
+			}
+			continue
+		}
+		if dv.online && dv.c == nil && !retrying {
+			retry.Reset(200 * time.Millisecond)
+			retrying = true
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
-		}
-		timer.Reset(d.Interval)
-		if c == nil {
-			var err error
-			if c, err = Dial(ctx, f.Addr, d.ID, d.Username, d.Password); err != nil {
-				f.report(d.ID, err)
-				c = nil
-				continue
+		case <-sample.C:
+			sample.Reset(d.Interval)
+			dv.sample()
+		case <-offline.C:
+			dv.toggle(ctx, offline)
+		case <-release.C:
+			dv.release()
+		case <-storm:
+			storm = f.stormCh()
+			if dv.c != nil {
+				dv.drop()
+				dv.connect(ctx)
 			}
-			f.connects.Add(1)
-		}
-		t := now()
-		msgs, sent := Encode(d, t, rng)
-		// A sample that has begun is finished even if ctx ends meanwhile, as
-		// firmware would: the truth log then matches the wire exactly.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		for i, m := range msgs {
-			t0 := time.Now()
-			_, err := c.Publish(pctx, &paho.Publish{Topic: m.Topic, QoS: d.QoS, Payload: m.Payload})
-			if err == nil && d.QoS > 0 {
-				f.recordAck(time.Since(t0))
+		case <-retry.C:
+			retrying = false
+			if dv.online && dv.c == nil {
+				dv.connect(ctx)
 			}
-			for j := range sent {
-				if sent[j].msg == i {
-					f.sent.Add(1)
-					if err == nil && d.QoS > 0 {
-						f.acked.Add(1)
-					}
-					sent[j].Acked = err == nil && d.QoS > 0
-					if err != nil {
-						sent[j].Err = err.Error()
-					}
+		}
+	}
+}
+
+// connect (re)connects; on failure the device retries later.
+func (dv *device) connect(ctx context.Context) {
+	c, err := dialDevice(ctx, dv.f.Addr, dv.d)
+	if err != nil {
+		dv.f.report(dv.d.ID, err)
+		return
+	}
+	dv.c = c
+	dv.f.connects.Add(1)
+}
+
+func (dv *device) drop() {
+	if dv.c != nil {
+		dv.c.close()
+		dv.c = nil
+	}
+}
+
+// toggle goes offline or comes back.
+func (dv *device) toggle(ctx context.Context, t *time.Timer) {
+	if dv.online {
+		dv.online = false
+		dv.drop()
+		// What was waiting to go out is now buffered too, in order.
+		dv.backlog = append(dv.backlog, dv.live...)
+		dv.live = nil
+		t.Reset(dv.d.OfflineFor)
+		return
+	}
+	dv.online = true
+	dv.connect(ctx)
+	t.Reset(dv.d.OfflineEvery - dv.d.OfflineFor)
+}
+
+// sample takes a reading of every metric and queues its publications.
+func (dv *device) sample() {
+	d := dv.d
+	msgs, sent := Encode(d, dv.clock(dv.now()), dv.rng)
+	var out []outMsg
+	for i, m := range msgs {
+		om := outMsg{Message: m}
+		for _, s := range sent {
+			if s.msg == i {
+				s.Sent.Kind = KindReading
+				s.Sent.Topic = m.Topic
+				s.Sent.Bare = d.Form == FormBare
+				s.Sent.Form = d.Form.String()
+				om.sent = append(om.sent, s.Sent)
+			}
+		}
+		if d.MalformedProb > 0 && dv.rng.Float64() < d.MalformedProb {
+			om.Payload = []byte(malformed[dv.rng.IntN(len(malformed))])
+			om.sent = []Sent{{Device: d.ID, QoS: d.QoS, Kind: KindMalformed, Topic: m.Topic, Form: d.Form.String()}}
+		}
+		out = append(out, om)
+		if d.DuplicateProb > 0 && dv.rng.Float64() < d.DuplicateProb {
+			dup := outMsg{Message: om.Message}
+			for _, s := range om.sent {
+				if s.Kind == KindReading {
+					s.Kind = KindDuplicate
 				}
+				dup.sent = append(dup.sent, s)
 			}
-			if err != nil {
-				f.report(d.ID, err)
-				c.Disconnect(&paho.Disconnect{})
-				c = nil
-				break
+			out = append(out, dup)
+		}
+	}
+	dv.f.buffered.Add(uint64(len(out)))
+	if d.ReorderWithin > 0 {
+		now := dv.now()
+		for _, om := range out {
+			om.due = now.Add(time.Duration(dv.rng.Int64N(int64(d.ReorderWithin) + 1)))
+			i := sort.Search(len(dv.delayed), func(i int) bool { return dv.delayed[i].due.After(om.due) })
+			dv.delayed = slices.Insert(dv.delayed, i, om)
+		}
+		return
+	}
+	dv.enqueue(out)
+}
+
+func (dv *device) enqueue(out []outMsg) {
+	if dv.online && len(dv.backlog) == 0 {
+		dv.live = append(dv.live, out...)
+	} else if dv.online && dv.d.Interleave {
+		dv.live = append(dv.live, out...)
+	} else {
+		dv.backlog = append(dv.backlog, out...)
+	}
+}
+
+// release moves the held-back publications that are due to the queues
+// (the loop sets the timer for the next).
+func (dv *device) release() {
+	now := dv.now()
+	n := 0
+	for n < len(dv.delayed) && !dv.delayed[n].due.After(now) {
+		n++
+	}
+	dv.enqueue(dv.delayed[:n:n])
+	dv.delayed = dv.delayed[n:]
+}
+
+// sendOne sends the next publication: live ones first when interleaving a
+// replay, else in order. It reports false when the connection failed; the
+// publication stays at the head of its queue and is sent again.
+func (dv *device) sendOne(ctx context.Context) bool {
+	q := &dv.backlog
+	if len(dv.live) > 0 && (len(dv.backlog) == 0 || dv.d.Interleave) {
+		q = &dv.live
+	}
+	om := (*q)[0]
+	d, f := dv.d, dv.f
+	// A publication that has begun is finished even if ctx ends meanwhile,
+	// as firmware would: the truth log then matches the wire exactly.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	t0 := time.Now()
+	err := dv.c.publish(pctx, om.Topic, d.QoS, om.Payload)
+	cancel()
+	at, began := dv.now(), dv.now().Add(-time.Since(t0))
+	if err == nil && d.QoS > 0 {
+		f.recordAck(time.Since(t0))
+	}
+	for i := range om.sent {
+		s := &om.sent[i]
+		s.SendStart, s.SentAt = began, at
+		s.Acked = err == nil && d.QoS > 0
+		s.Err = ""
+		if err != nil {
+			s.Err = err.Error()
+		}
+		if s.Kind != KindMalformed {
+			f.sent.Add(1)
+			if s.Acked {
+				f.acked.Add(1)
 			}
 		}
-		cancel()
-		if f.Truth != nil {
-			out := make([]Sent, len(sent))
-			for i, s := range sent {
-				out[i] = s.Sent
-			}
-			f.Truth.add(out)
+	}
+	if f.Truth != nil {
+		f.Truth.add(om.sent)
+	}
+	if err != nil {
+		f.report(d.ID, err)
+		dv.drop()
+		return false
+	}
+	*q = (*q)[1:]
+	f.buffered.Add(^uint64(0)) // minus one
+	return true
+}
+
+// malformed payloads, each refused by the gateway's decoder.
+var malformed = []string{`{"v":`, `not a number`, `{"v":"warm"}`, "\xff\xfe\x00", `[{"n":"x"}]`, `{"v":1e999}`}
+
+func (f *Fleet) runSubscriber(ctx context.Context, s Subscriber) {
+	for ctx.Err() == nil {
+		c, lost, err := dialSubscriber(ctx, f.Addr, s, func() { f.received.Add(1) })
+		if err != nil {
+			f.report(s.ID, err)
+			sleepCtx(ctx, time.Second)
+			continue
 		}
+		f.connects.Add(1)
+		select {
+		case <-ctx.Done():
+			c.Disconnect(&paho.Disconnect{})
+			return
+		case <-lost:
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
