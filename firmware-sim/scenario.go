@@ -240,3 +240,38 @@ func (s *Scenario) Fleet(addr string) *Fleet {
 	}
 	return f
 }
+
+// Scale runs the scenario k times faster: every duration in it (the run,
+// intervals, signal periods, outages, skews, reorder bounds, storms,
+// subscriber delays) is divided by k. Tests and demos use it with a
+// gateway whose window settings are divided by k too.
+func (s *Scenario) Scale(k float64) {
+	if k <= 0 || k == 1 {
+		return
+	}
+	div := func(d *Duration) { *d = Duration(float64(*d) / k) }
+	div(&s.Duration)
+	div(&s.StormEvery)
+	for i := range s.Groups {
+		g := &s.Groups[i]
+		div(&g.Interval)
+		for j := range g.Metrics {
+			div(&g.Metrics[j].Period)
+			div(&g.Metrics[j].StepEvery)
+		}
+		for j := range g.Behaviours {
+			b := &g.Behaviours[j]
+			if b.Offline != nil {
+				o := *b.Offline
+				div(&o.Every)
+				div(&o.For)
+				b.Offline = &o
+			}
+			div(&b.ClockSkew)
+			div(&b.ReorderWithin)
+		}
+	}
+	for i := range s.Subscribers {
+		div(&s.Subscribers[i].Delay)
+	}
+}

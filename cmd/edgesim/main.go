@@ -1,13 +1,23 @@
-// Command edgesim runs simulated device fleets against an MQTT broker.
+// Command edgesim runs simulated device fleets against an MQTT broker and
+// checks what reached Kafka against what they sent.
 //
 //	edgesim run --addr 127.0.0.1:1883 --devices 1000 --metrics 10 --rate 1 --duration 30s
+//	edgesim run --scenario configs/sim/offline-replay.yaml --truth truth.jsonl
+//	edgesim verify --truth truth.jsonl --brokers 127.0.0.1:9092
 //
-// prints a live progress line (sent/s, acked/s, errors, connections) and a
-// final summary. With --watch-pid it also samples that process's memory
-// (VmRSS, VmHWM from /proc), to measure a gateway's footprint under load.
+// run prints a live progress line (sent/s, acked/s, errors, reconnects,
+// buffered) and a final summary table; --truth writes the truth log (every
+// reading attempted and whether it was acknowledged, as JSON lines). With
+// --watch-pid it also samples that process's memory (VmRSS, VmHWM from
+// /proc), to measure a gateway's footprint under load. verify reads the
+// summaries topic (read_committed, highest revision per window) and
+// reports, per device and in total, the windows expected, found, missing
+// and unexpected, fields that differ, duplicates and order violations; it
+// exits 1 on any mismatch.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -26,17 +36,41 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 || os.Args[1] != "run" {
-		fmt.Fprintln(os.Stderr, "usage: edgesim run [flags]   (edgesim run -h lists them)")
-		os.Exit(2)
+	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage:
+  edgesim run [flags]      simulate a fleet (edgesim run -h lists the flags)
+  edgesim verify [flags]   compare a truth log with the summaries in Kafka
+`
+
+// errMismatch is verify's finding that Kafka does not match the truth.
+var errMismatch = errors.New("summaries do not match the truth log")
+
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) < 1 {
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
-	if err := run(ctx, os.Args[2:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintf(os.Stderr, "edgesim: %v\n", err)
-		os.Exit(1)
+	var err error
+	switch args[0] {
+	case "run":
+		err = run(ctx, args[1:], stdout)
+	case "verify":
+		err = verify(ctx, args[1:], stdout)
+	default:
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errMismatch):
+		fmt.Fprintf(stderr, "edgesim: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "edgesim: %v\n", err)
+	return 2
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -51,28 +85,73 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	user := fs.String("user", "", "username for every device (empty: anonymous)")
 	pass := fs.String("password", "", "password for every device")
 	watch := fs.Int("watch-pid", 0, "sample this process's memory (Linux /proc)")
+	scenario := fs.String("scenario", "", "run a scenario file (configs/sim/*.yaml) instead of the flags above; --duration overrides its own")
+	truthPath := fs.String("truth", "", "write the truth log (JSON lines) to this file")
+	speed := fs.Float64("speed", 1, "run the scenario this many times faster (every duration in it divided); scale the gateway's window settings alike")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *devices < 1 || *metrics < 1 || *rate <= 0 || *qos < 0 || *qos > 2 {
-		return errors.New("need --devices >= 1, --metrics >= 1, --rate > 0, --qos 0..2")
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	durationSet := false
+	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+	var f *firmwaresim.Fleet
+	if *scenario != "" {
+		sc, err := firmwaresim.LoadScenario(*scenario)
+		if err != nil {
+			return err
+		}
+		sc.Scale(*speed)
+		f = sc.Fleet(*addr)
+		if !durationSet {
+			*duration = sc.Duration.D()
+		}
+		*devices = len(f.Devices)
+		fmt.Fprintf(out, "scenario %s: %d devices, %d subscribers, %s\n", sc.Name, len(f.Devices), len(f.Subscribers), *duration)
+	} else {
+		var err error
+		if f, err = flagFleet(*addr, *devices, *metrics, *rate, *qos, *form, *user, *pass); err != nil {
+			return err
+		}
+	}
+	if *truthPath != "" {
+		tf, err := os.Create(*truthPath)
+		if err != nil {
+			return fmt.Errorf("truth log: %w", err)
+		}
+		bw := bufio.NewWriterSize(tf, 1<<20)
+		f.Truth = &firmwaresim.Truth{W: bw}
+		defer func() {
+			if err := errors.Join(f.Truth.Err(), bw.Flush(), tf.Sync(), tf.Close()); err != nil {
+				fmt.Fprintf(os.Stderr, "edgesim: truth log %s: %v\n", *truthPath, err)
+			}
+		}()
+	}
+	return runFleet(ctx, f, *duration, *watch, out)
+}
+
+// flagFleet builds the load-mode fleet from the command-line flags.
+func flagFleet(addr string, devices, metrics int, rate float64, qos int, form, user, pass string) (*firmwaresim.Fleet, error) {
+	if devices < 1 || metrics < 1 || rate <= 0 || qos < 0 || qos > 2 {
+		return nil, errors.New("need --devices >= 1, --metrics >= 1, --rate > 0, --qos 0..2")
 	}
 	forms := map[string]firmwaresim.Form{"bare": firmwaresim.FormBare, "v+t": firmwaresim.FormVT, "object": firmwaresim.FormObject, "senml": firmwaresim.FormSenML}
-	f := &firmwaresim.Fleet{Addr: *addr}
-	for i := range *devices {
+	f := &firmwaresim.Fleet{Addr: addr}
+	for i := range devices {
 		d := firmwaresim.Device{
-			ID: fmt.Sprintf("sim-%05d", i+1), Username: *user, Password: *pass,
-			Interval: time.Duration(float64(time.Second) / *rate), QoS: byte(*qos),
+			ID: fmt.Sprintf("sim-%05d", i+1), Username: user, Password: pass,
+			Interval: time.Duration(float64(time.Second) / rate), QoS: byte(qos),
 		}
-		if *form == "mixed" {
+		if form == "mixed" {
 			d.Form = firmwaresim.Form(i % 4)
-		} else if fm, ok := forms[*form]; ok {
+		} else if fm, ok := forms[form]; ok {
 			d.Form = fm
 		} else {
-			return fmt.Errorf("--form %q: use bare, v+t, object, senml or mixed", *form)
+			return nil, fmt.Errorf("--form %q: use bare, v+t, object, senml or mixed", form)
 		}
 		env := firmwaresim.Environmental()
-		for m := range *metrics {
+		for m := range metrics {
 			mt := env[m%len(env)]
 			if m >= len(env) {
 				mt.Name = mt.Name + "_" + strconv.Itoa(m/len(env))
@@ -81,7 +160,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		f.Devices = append(f.Devices, d)
 	}
-	runCtx, cancel := context.WithTimeout(ctx, *duration)
+	return f, nil
+}
+
+// runFleet runs f for duration with a progress line every second, then
+// prints the summary table.
+func runFleet(ctx context.Context, f *firmwaresim.Fleet, duration time.Duration, watch int, out io.Writer) error {
+	runCtx, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	done := make(chan struct{})
 	go func() { f.Run(runCtx); close(done) }()
@@ -98,7 +183,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			el := time.Since(start).Seconds()
 			fmt.Fprintf(out, "\n%-22s %12s\n", "", "total")
 			fmt.Fprintf(out, "%-22s %12.1f\n", "seconds", el)
-			fmt.Fprintf(out, "%-22s %12d\n", "devices", *devices)
+			fmt.Fprintf(out, "%-22s %12d\n", "devices", len(f.Devices))
 			fmt.Fprintf(out, "%-22s %12d\n", "readings sent", st.Sent)
 			fmt.Fprintf(out, "%-22s %12.0f\n", "readings sent/s", float64(st.Sent)/el)
 			fmt.Fprintf(out, "%-22s %12d\n", "readings acked", st.Acked)
@@ -108,8 +193,16 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			fmt.Fprintf(out, "%-22s %12d\n", "errors", st.Errors)
 			fmt.Fprintf(out, "%-22s %12d\n", "connections", st.Connects)
-			if *watch != 0 {
-				if _, h, err := procMem(*watch); err == nil {
+			fmt.Fprintf(out, "%-22s %12d\n", "reconnect storms", st.Storms)
+			fmt.Fprintf(out, "%-22s %12d\n", "left in buffers", st.Buffered)
+			if len(f.Subscribers) > 0 {
+				fmt.Fprintf(out, "%-22s %12d\n", "subscribers received", st.Received)
+			}
+			if rss, err := selfRSS(); err == nil {
+				fmt.Fprintf(out, "%-22s %12.1f\n", "edgesim RSS MiB", float64(rss)/1024)
+			}
+			if watch != 0 {
+				if _, h, err := procMem(watch); err == nil {
 					hwm = h
 				}
 				fmt.Fprintf(out, "%-22s %12.1f\n", "watched RSS peak MiB", float64(max(peakRSS, hwm))/1024)
@@ -117,18 +210,25 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return nil
 		case <-tick.C:
 			st := f.Stats()
-			line := fmt.Sprintf("t=%3.0fs sent %8d (%6d/s) acked %8d (%6d/s) errors %d connections %d",
-				time.Since(start).Seconds(), st.Sent, st.Sent-last.Sent, st.Acked, st.Acked-last.Acked, st.Errors, st.Connects)
-			if *watch != 0 {
-				if rss, h, err := procMem(*watch); err == nil {
+			line := fmt.Sprintf("t=%3.0fs sent %8d (%6d/s) acked %8d (%6d/s) errors %d reconnects %d buffered %d",
+				time.Since(start).Seconds(), st.Sent, st.Sent-last.Sent, st.Acked, st.Acked-last.Acked, st.Errors,
+				st.Connects-min(st.Connects, uint64(len(f.Devices)+len(f.Subscribers))), st.Buffered)
+			if watch != 0 {
+				if rss, h, err := procMem(watch); err == nil {
 					peakRSS, hwm = max(peakRSS, rss), h
-					line += fmt.Sprintf(" | pid %d rss %.1f MiB peak %.1f MiB", *watch, float64(rss)/1024, float64(h)/1024)
+					line += fmt.Sprintf(" | pid %d rss %.1f MiB peak %.1f MiB", watch, float64(rss)/1024, float64(h)/1024)
 				}
 			}
 			fmt.Fprintln(out, line)
 			last = st
 		}
 	}
+}
+
+// selfRSS returns this process's VmRSS in KiB.
+func selfRSS() (uint64, error) {
+	rss, _, err := procMem(os.Getpid())
+	return rss, err
 }
 
 // procMem returns VmRSS and VmHWM of pid in KiB.

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/configs"
+	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+// speed compresses the scenarios' time in the end-to-end test: the
+// gateway's window settings are divided alike.
+const speed = 12
+
+// TestScenariosAgainstGateway runs the offline-replay and late-and-skewed
+// scenarios (12 times faster) against a real gateway delivering to kfake,
+// writes the truth log to a file, and requires `edgesim verify` to find
+// every window exact.
+func TestScenariosAgainstGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two scenarios for 20 s each")
+	}
+	for _, name := range []string{"offline-replay", "late-and-skewed"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			runScenario(t, name)
+		})
+	}
+}
+
+func runScenario(t *testing.T, name string) {
+	sc, err := firmwaresim.LoadScenario(filepath.Join("..", "..", "configs", "sim", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Scale(speed)
+	_, brokers := kafkatest.Start(t, 3, "edge.summaries", "edge.deadletter", "edge.offsets")
+	cfg := configs.Default()
+	cfg.Gateway.ID, cfg.Gateway.DataDir = "gw-"+name, t.TempDir()
+	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
+	cfg.HTTP.Listen = ""
+	cfg.Kafka.Brokers = brokers
+	rules := firmwaresim.DefaultRules()
+	for _, d := range []*time.Duration{&rules.Window, &rules.MaxOutOfOrder, &rules.MaxFutureSkew} {
+		*d /= speed
+	}
+	cfg.Aggregate.Window = configs.Duration(rules.Window)
+	cfg.Aggregate.MaxOutOfOrder = configs.Duration(rules.MaxOutOfOrder)
+	cfg.Aggregate.MaxFutureSkew = configs.Duration(rules.MaxFutureSkew)
+	cfg.Aggregate.IdleClose = configs.Duration(cfg.Aggregate.IdleClose.D() / speed)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
+		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "sim-e2e",
+			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(&cfg, fwd, log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithCancel(context.Background())
+	fctx, fcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); gw.Run(gctx) }()
+	go func() { defer wg.Done(); fwd.Run(fctx) }()
+	defer func() { gcancel(); fcancel(); wg.Wait() }()
+
+	truthPath := filepath.Join(t.TempDir(), "truth.jsonl")
+	var out bytes.Buffer
+	if status := runMain(context.Background(), []string{"run", "--scenario", filepath.Join("..", "..", "configs", "sim", name+".yaml"),
+		"--speed", fmt.Sprint(speed), "--addr", gw.Addr(), "--truth", truthPath}, &out, &out); status != 0 {
+		t.Fatalf("edgesim run: status %d\n%s", status, out.String())
+	}
+	t.Logf("edgesim run:\n%s", lastLines(out.String(), 14))
+	// Stopping the gateway closes every open window; then the forwarder
+	// delivers what is queued.
+	gcancel()
+	for deadline := time.Now().Add(30 * time.Second); fwd.Stats().Queued > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("forwarder still has %d records queued", fwd.Stats().Queued)
+		}
+	}
+	st := gw.Stats()
+	if st.Outcomes["late_revised"] == 0 && name == "late-and-skewed" {
+		t.Error("no late revisions: the scenario did not exercise them")
+	}
+	out.Reset()
+	status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", strings.Join(brokers, ","),
+		"--window", rules.Window.String(), "--max-out-of-order", rules.MaxOutOfOrder.String(), "--max-future-skew", rules.MaxFutureSkew.String(),
+		"--idle", "1s"}, &out, &out)
+	t.Logf("edgesim verify:\n%s", out.String())
+	if status != 0 {
+		t.Errorf("verify: status %d", status)
+	}
+	truth, err := os.ReadFile(truthPath)
+	if err != nil || bytes.Count(truth, []byte("\n")) < 500 {
+		t.Errorf("truth log: %d lines (%v)", bytes.Count(truth, []byte("\n")), err)
+	}
+	t.Logf("gateway: %v aggregated, %v late revisions", st.Outcomes["aggregated"], st.Outcomes["late_revised"])
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+)
+
+// verify is "edgesim verify": the truth log against the summaries topic.
+func verify(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("edgesim verify", flag.ContinueOnError)
+	truthPath := fs.String("truth", "", "truth log written by edgesim run --truth (required)")
+	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
+	topic := fs.String("topic", "edge.summaries", "summaries topic")
+	gateway := fs.String("gateway", "", "only summaries of this gateway id (default: all)")
+	rules := firmwaresim.DefaultRules()
+	fs.DurationVar(&rules.Window, "window", rules.Window, "the gateway's aggregate.window")
+	fs.DurationVar(&rules.MaxOutOfOrder, "max-out-of-order", rules.MaxOutOfOrder, "the gateway's aggregate.max_out_of_order")
+	fs.DurationVar(&rules.AllowedLateness, "allowed-lateness", rules.AllowedLateness, "the gateway's aggregate.allowed_lateness")
+	fs.DurationVar(&rules.MaxFutureSkew, "max-future-skew", rules.MaxFutureSkew, "the gateway's aggregate.max_future_skew")
+	idle := fs.Duration("idle", 2*time.Second, "stop reading once no record came for this long")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up reading after this long")
+	all := fs.Bool("all", false, "list every device, not only those with problems")
+	problems := fs.Int("problems", 50, "print at most this many problem lines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *truthPath == "" || fs.NArg() > 0 || rules.Window <= 0 {
+		return errors.New("verify: want --truth FILE (and no other arguments); --window must be positive")
+	}
+	f, err := os.Open(*truthPath)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	truth, err := firmwaresim.ReadTruth(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("verify: %s: %w", *truthPath, err)
+	}
+	found, err := readSummaries(ctx, strings.Split(*brokers, ","), *topic, *gateway, *idle, *timeout)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	fmt.Fprintf(out, "truth log %s: %d records; %s: %d summaries read (read_committed)\n", *truthPath, len(truth), *topic, len(found))
+	r := firmwaresim.Verify(truth, found, rules)
+	r.WriteTable(out, *all, *problems)
+	if !r.OK() {
+		return errMismatch
+	}
+	return nil
+}
+
+// readSummaries reads every committed record of topic from the beginning
+// until none has come for idle, decoding each as a summary. Records of
+// other gateways are skipped when gateway is set; a record that is not a
+// summary is an error.
+func readSummaries(ctx context.Context, brokers []string, topic, gateway string, idle, timeout time.Duration) ([]firmwaresim.Found, error) {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = "edgesim-verify"
+	cfg.Version = sarama.V2_8_0_0
+	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg.Consumer.Return.Errors = true
+	c, err := sarama.NewConsumer(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to kafka %v: %w", brokers, err)
+	}
+	defer c.Close()
+	parts, err := c.Partitions(topic)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: %w", topic, err)
+	}
+	type msg struct {
+		m   *sarama.ConsumerMessage
+		err error
+	}
+	ch := make(chan msg, 1024)
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var pcs []sarama.PartitionConsumer
+	defer func() {
+		cancel()
+		for _, pc := range pcs {
+			pc.Close()
+		}
+	}()
+	for _, p := range parts {
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return nil, fmt.Errorf("consume %s/%d: %w", topic, p, err)
+		}
+		pcs = append(pcs, pc)
+		go func() {
+			for {
+				select {
+				case m, ok := <-pc.Messages():
+					if !ok {
+						return
+					}
+					select {
+					case ch <- msg{m: m}:
+					case <-rctx.Done():
+						return
+					}
+				case e, ok := <-pc.Errors():
+					if !ok {
+						return
+					}
+					select {
+					case ch <- msg{err: e}:
+					case <-rctx.Done():
+						return
+					}
+				case <-rctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	var found []firmwaresim.Found
+	quiet := time.NewTimer(idle)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-rctx.Done():
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return found, nil // read what there was in the time allowed
+		case <-quiet.C:
+			return found, nil
+		case x := <-ch:
+			if x.err != nil {
+				return nil, fmt.Errorf("read %s: %w", topic, x.err)
+			}
+			var f firmwaresim.Found
+			if err := json.Unmarshal(x.m.Value, &f); err != nil || f.ID == "" {
+				return nil, fmt.Errorf("%s/%d@%d is not a summary: %q", topic, x.m.Partition, x.m.Offset, x.m.Value)
+			}
+			if gateway == "" || f.Gateway == gateway {
+				f.Partition, f.Offset = x.m.Partition, x.m.Offset
+				found = append(found, f)
+			}
+			quiet.Reset(idle)
+		}
+	}
+}
