@@ -97,7 +97,7 @@ func dialSubscriber(ctx context.Context, addr string, s Subscriber, onPub func()
 		OnClientError:      func(error) { end() },
 		OnServerDisconnect: func(*paho.Disconnect) { end() },
 	})
-	cp := &paho.Connect{ClientID: s.ID, KeepAlive: 30, CleanStart: true}
+	cp := connectPacket(s.ID)
 	if s.Username != "" {
 		cp.Username, cp.UsernameFlag = s.Username, true
 		cp.Password, cp.PasswordFlag = []byte(s.Password), true
