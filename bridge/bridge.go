@@ -23,6 +23,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge/queue"
+	"github.com/edgegate/edgegate/bridge/summary"
 )
 
 // Header is one Kafka record header.
@@ -190,11 +191,12 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	return f, nil
 }
 
-// Headers returned for every record the gateway produces.
+// Headers returned for every record the gateway produces; consumers
+// decode them with package summary.
 const (
-	HeaderGateway     = "edgegate-gateway"
-	HeaderSchema      = "edgegate-schema-version"
-	HeaderContentType = "content-type"
+	HeaderGateway     = summary.HeaderGateway
+	HeaderSchema      = summary.HeaderSchema
+	HeaderContentType = summary.HeaderContentType
 )
 
 // lastMark reads the mark of the last record in the queue. The record
