@@ -371,7 +371,9 @@ func TestAuthAndACL(t *testing.T) {
 
 	// Exactly the allowed readings were taken: dev-1's, ops's and dev-3's;
 	// each refusal was counted (the 3.1.1 ones too).
-	st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] >= 3 && st.MQTTRefused["tls_handshake"] >= 2 })
+	st := settled(t, gw, func(st gateway.Stats) bool {
+		return st.Outcomes["aggregated"] >= 3 && st.MQTTRefused["tls_handshake"] >= 2
+	})
 	time.Sleep(50 * time.Millisecond)
 	st = gw.Stats()
 	if st.Outcomes["aggregated"] != 3 {
