@@ -39,9 +39,9 @@ test:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./cmd/edgegate
+	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat
 	$(GO) tool staticcheck ./...
-	$(GO) tool staticcheck -tags e2e ./cmd/edgegate
+	$(GO) tool staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat
 
 check: lint test
 
@@ -77,6 +77,7 @@ deb: cross
 
 e2e:
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 5m -run 'Sink' -v ./cmd/edgecat
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long

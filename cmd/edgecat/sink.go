@@ -84,6 +84,27 @@ CREATE TABLE IF NOT EXISTS %[1]s_rejected (
 );`, table)
 }
 
+// createTables creates the tables if they are missing. Sinks started
+// together would race: CREATE TABLE IF NOT EXISTS is not safe against a
+// concurrent one, so they take turns under an advisory lock.
+func createTables(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "edgecat sink schema "+table); err != nil {
+		return fmt.Errorf("postgres: lock for creating tables: %w", err)
+	}
+	if _, err := tx.Exec(ctx, schema(table)); err != nil {
+		return fmt.Errorf("postgres: create tables: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: create tables: %w", err)
+	}
+	return nil
+}
+
 // errFenced: another member owns the partition now.
 var errFenced = errors.New("partition fenced: another member owns it now")
 
@@ -324,8 +345,8 @@ func cmdSinkPostgres(ctx context.Context, args []string, stdout, stderr io.Write
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, schema(*table)); err != nil {
-		return fmt.Errorf("postgres: create tables: %w", err)
+	if err := createTables(ctx, pool, *table); err != nil {
+		return err
 	}
 	if *initOnly {
 		fmt.Fprintf(stdout, "tables %[1]s, %[1]s_offsets and %[1]s_rejected are ready\n", *table)
@@ -342,12 +363,17 @@ func cmdSinkPostgres(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return fmt.Errorf("join group %s: %w", *group, err)
 	}
-	defer cg.Close()
 	s := newSink(pool, log, *table, *group, k.topic, *batch, *flush)
 	var wg sync.WaitGroup
-	defer wg.Wait()
 	pctx, pcancel := context.WithCancel(ctx)
-	defer pcancel()
+	defer func() {
+		// Leave the group first: that ends the errors goroutine.
+		pcancel()
+		if err := cg.Close(); err != nil {
+			log.Warn("leave group", "err", err)
+		}
+		wg.Wait()
+	}()
 	if *progress > 0 {
 		wg.Add(1)
 		go func() {
@@ -364,6 +390,9 @@ func cmdSinkPostgres(ctx context.Context, args []string, stdout, stderr io.Write
 	}()
 	for ctx.Err() == nil {
 		if err := cg.Consume(ctx, []string{k.topic}, s); err != nil && ctx.Err() == nil {
+			if errors.Is(err, sarama.ErrInvalidSessionTimeout) {
+				return fmt.Errorf("--session-timeout %s: the brokers refuse it (their group.min.session.timeout.ms and group.max.session.timeout.ms; Kafka's defaults allow 6s to 30m): %w", *sessionTimeout, err)
+			}
 			log.Warn("session ended; rejoining", "err", err)
 			select {
 			case <-ctx.Done():
@@ -371,7 +400,7 @@ func cmdSinkPostgres(ctx context.Context, args []string, stdout, stderr io.Write
 			}
 		}
 	}
-	pcancel()
+	log.Info("stopped", "rows", s.rows.Load(), "batches", s.batches.Load())
 	return nil
 }
 
@@ -396,8 +425,12 @@ func (s *sink) report(ctx context.Context, every time.Duration, w io.Writer) {
 		held := slices.Clone(s.held)
 		gen := s.gen
 		s.mu.Unlock()
-		fmt.Fprintf(w, "t=%4.0fs rows %9d (%7.0f/s) batches %7d rejected %d partitions %v (generation %d) lag %d\n",
-			time.Since(start).Seconds(), rows, float64(rows-last)/every.Seconds(), s.batches.Load(), s.rejected.Load(), held, gen, lag)
+		lagText := fmt.Sprint(lag)
+		if len(held) == 0 {
+			lagText = "- (no partitions: joining or rebalancing)"
+		}
+		fmt.Fprintf(w, "t=%5.1fs rows %9d (%7.0f/s) batches %7d rejected %d partitions %v (generation %d) lag %s\n",
+			time.Since(start).Seconds(), rows, float64(rows-last)/every.Seconds(), s.batches.Load(), s.rejected.Load(), held, gen, lagText)
 		last = rows
 	}
 }

@@ -30,7 +30,7 @@ func need(t *testing.T, tools ...string) {
 	t.Helper()
 	for _, tool := range tools {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: install it (apt-get install -y mosquitto-clients kcat qemu-user-static chromium systemd)", tool)
+			t.Fatalf("%s not found: install it (apt-get install -y mosquitto-clients kcat qemu-user-static chromium systemd postgresql)", tool)
 		}
 	}
 }
