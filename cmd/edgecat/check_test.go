@@ -135,6 +135,19 @@ func TestTail(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 3 || !strings.Contains(lines[0], "window") || !strings.Contains(lines[1], "2026-11-30T10:0") {
 		t.Errorf("tail table:\n%s", out.String())
 	}
+	// --from a time: records written from then on (by record time).
+	for from, want := range map[string]int{time.Now().Add(-time.Hour).Format(time.RFC3339): 5, time.Now().Add(time.Hour).Format(time.RFC3339): 0} {
+		out.Reset()
+		if status := runMain(context.Background(), []string{"tail", "--brokers", strings.Join(brokers, ","), "--from", from, "--json", "--to-end"}, &out, &out); status != 0 {
+			t.Fatalf("status %d: %s", status, out.String())
+		}
+		if n := strings.Count(out.String(), "\n"); n != want {
+			t.Errorf("--from %s: %d summaries, want %d:\n%s", from, n, want, out.String())
+		}
+	}
+	if status := runMain(context.Background(), []string{"tail", "--brokers", strings.Join(brokers, ","), "--from", "yesterday"}, &out, &out); status != 2 {
+		t.Errorf("--from yesterday: status %d, want 2", status)
+	}
 }
 
 // TestLag: lag per partition is the end offset minus the group's

@@ -5,7 +5,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
@@ -352,4 +356,83 @@ func TestSinkThroughput(t *testing.T) {
 	}
 	t.Logf("sink throughput (group join included):\n%s", table.String())
 	os.Stdout.Sync()
+}
+
+// fakeSession is the part of a consumer-group session the sink uses: a
+// member id, a generation, claims, and the offsets it is told to move to.
+type fakeSession struct {
+	sarama.ConsumerGroupSession
+	member string
+	gen    int32
+	claims map[string][]int32
+	reset  map[int32]int64
+}
+
+func (f *fakeSession) Claims() map[string][]int32                         { return f.claims }
+func (f *fakeSession) MemberID() string                                   { return f.member }
+func (f *fakeSession) GenerationID() int32                                { return f.gen }
+func (f *fakeSession) Context() context.Context                           { return context.Background() }
+func (f *fakeSession) ResetOffset(_ string, p int32, off int64, _ string) { f.reset[p] = off }
+func (f *fakeSession) MarkOffset(_ string, _ int32, _ int64, _ string)    {}
+
+// TestSinkFencing: once a newer generation has claimed a partition, a
+// member of the older one cannot write to it, and the new owner starts
+// from the offset the old one stored.
+func TestSinkFencing(t *testing.T) {
+	dsn := startPostgres(t)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := createTables(context.Background(), pool, "fence"); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := newSink(pool, log, "fence", "g", "edge.summaries", 100, time.Second)
+	msg := func(off int64, x aggregate.Summary) *sarama.ConsumerMessage {
+		return &sarama.ConsumerMessage{Topic: "edge.summaries", Partition: 0, Offset: off, Value: x.AppendJSON(nil)}
+	}
+	old := &fakeSession{member: "old", gen: 1, claims: map[string][]int32{"edge.summaries": {0}}, reset: map[int32]int64{}}
+	if err := s.Setup(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(old, 0, []*sarama.ConsumerMessage{msg(0, sum("a", 0, 0)), msg(1, sum("a", 1, 0))}); err != nil {
+		t.Fatal(err)
+	}
+	// A rebalance gives partition 0 to another member; the old one has
+	// not noticed.
+	cur := &fakeSession{member: "new", gen: 2, claims: map[string][]int32{"edge.summaries": {0}}, reset: map[int32]int64{}}
+	if err := s.Setup(cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.reset[0] != 2 {
+		t.Errorf("new owner starts at %d, want 2 (the stored offset)", cur.reset[0])
+	}
+	if err := s.write(old, 0, []*sarama.ConsumerMessage{msg(2, sum("a", 0, 1))}); !errors.Is(err, errFenced) {
+		t.Errorf("write by the old generation: %v, want fenced", err)
+	}
+	// The new owner writes; a batch read again from an older position
+	// skips what is stored; a stale revision never replaces a newer one.
+	if err := s.write(cur, 0, []*sarama.ConsumerMessage{msg(1, sum("a", 1, 0)), msg(2, sum("a", 0, 2)), msg(3, sum("a", 0, 1))}); err != nil {
+		t.Fatal(err)
+	}
+	var rev, n int
+	var next int64
+	pool.QueryRow(context.Background(), `SELECT revision FROM fence WHERE device = 'a' AND window_start = $1`, t0).Scan(&rev)
+	pool.QueryRow(context.Background(), `SELECT count(*) FROM fence`).Scan(&n)
+	pool.QueryRow(context.Background(), `SELECT next_offset FROM fence_offsets`).Scan(&next)
+	if rev != 2 || n != 2 || next != 4 || s.skipped.Load() != 1 {
+		t.Errorf("revision %d, rows %d, next offset %d, skipped %d; want 2, 2, 4, 1", rev, n, next, s.skipped.Load())
+	}
+	// A record that is not a summary is kept, with its reason.
+	bad := &sarama.ConsumerMessage{Topic: "edge.summaries", Partition: 0, Offset: 4, Value: []byte(`{"id":"x"}`)}
+	if err := s.write(cur, 0, []*sarama.ConsumerMessage{bad}); err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	pool.QueryRow(context.Background(), `SELECT error FROM fence_rejected WHERE "offset" = 4`).Scan(&reason)
+	if !strings.Contains(reason, "missing fields") {
+		t.Errorf("rejected reason %q", reason)
+	}
 }
