@@ -459,37 +459,21 @@ func (dv *device) run(ctx context.Context) {
 		if len(dv.delayed) > 0 {
 			release.Reset(max(0, dv.delayed[0].due.Sub(dv.now())))
 		}
-		if dv.online && dv.c != nil && dv.pending() > 0 {
-			// Something to send: take any due event first, else send one.
-			select {
-			case <-ctx.Done():
-				return
-			case <-sample.C:
-				sample.Reset(d.Interval)
-				dv.sample()
-			case <-offline.C:
-				dv.toggle(ctx, offline)
-			case <-release.C:
-				dv.release()
-			case <-storm:
-				storm = f.stormCh()
-				dv.drop()
-				dv.connect(ctx)
-			default:
-				if !dv.sendOne(ctx) {
-					retry.Reset(200 * time.Millisecond)
-					retrying = true
-				}
-			}
-			continue
-		}
 		if dv.online && dv.c == nil && !retrying {
 			retry.Reset(200 * time.Millisecond)
 			retrying = true
 		}
+		// With something to send, the send case is always ready: due
+		// events and sends take turns.
+		var send <-chan struct{}
+		if dv.online && dv.c != nil && dv.pending() > 0 {
+			send = ready
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-send:
+			dv.sendOne(ctx) // on failure the connection is dropped, and retried above
 		case <-sample.C:
 			sample.Reset(d.Interval)
 			dv.sample()
@@ -511,6 +495,9 @@ func (dv *device) run(ctx context.Context) {
 		}
 	}
 }
+
+// ready is always ready to receive from.
+var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // connect (re)connects; on failure the device retries later.
 func (dv *device) connect(ctx context.Context) {
@@ -614,9 +601,9 @@ func (dv *device) release() {
 }
 
 // sendOne sends the next publication: live ones first when interleaving a
-// replay, else in order. It reports false when the connection failed; the
+// replay, else in order. When the connection fails it is dropped; the
 // publication stays at the head of its queue and is sent again.
-func (dv *device) sendOne(ctx context.Context) bool {
+func (dv *device) sendOne(ctx context.Context) {
 	q := &dv.backlog
 	if len(dv.live) > 0 && (len(dv.backlog) == 0 || dv.d.Interleave) {
 		q = &dv.live
@@ -654,11 +641,10 @@ func (dv *device) sendOne(ctx context.Context) bool {
 	if err != nil {
 		f.report(d.ID, err)
 		dv.drop()
-		return false
+		return
 	}
 	*q = (*q)[1:]
 	f.buffered.Add(^uint64(0)) // minus one
-	return true
 }
 
 // malformed payloads, each refused by the gateway's decoder.

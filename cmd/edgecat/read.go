@@ -62,6 +62,9 @@ func readFrom(ctx context.Context, k *kafkaFlags, client sarama.Client, starts m
 
 func consume(ctx context.Context, k *kafkaFlags, client sarama.Client, parts []int32, starts map[int32]int64, o readOptions, fn func(record) error) error {
 	var err error
+	if o.toEnd && o.idle <= 0 {
+		o.idle = 2 * time.Second
+	}
 	ends := map[int32]int64{}
 	if o.toEnd {
 		for _, p := range parts {
@@ -106,55 +109,41 @@ func consume(ctx context.Context, k *kafkaFlags, client sarama.Client, parts []i
 		go func() {
 			defer wg.Done()
 			defer pc.Close()
-			if o.toEnd && o.idle > 0 {
-				t := time.NewTimer(o.idle)
-				defer t.Stop()
-				for {
-					select {
-					case m := <-pc.Messages():
-						t.Reset(o.idle)
-						select {
-						case ch <- item{m: m}:
-						case <-rctx.Done():
-							return
-						}
-						if m.Offset >= ends[p]-1 {
-							select {
-							case ch <- item{done: p + 1}:
-							case <-rctx.Done():
-							}
-							return
-						}
-					case e := <-pc.Errors():
-						select {
-						case ch <- item{err: e}:
-						case <-rctx.Done():
-						}
-						return
-					case <-t.C:
-						select {
-						case ch <- item{done: p + 1}:
-						case <-rctx.Done():
-						}
-						return
-					case <-rctx.Done():
-						return
-					}
+			send := func(it item) bool {
+				select {
+				case ch <- it:
+					return true
+				case <-rctx.Done():
+					return false
 				}
+			}
+			// With toEnd, a partition is done at its end offset, or after
+			// idle without records (a transaction still open there).
+			var quiet <-chan time.Time
+			var t *time.Timer
+			if o.toEnd {
+				t = time.NewTimer(o.idle)
+				defer t.Stop()
+				quiet = t.C
 			}
 			for {
 				select {
 				case m := <-pc.Messages():
-					select {
-					case ch <- item{m: m}:
-					case <-rctx.Done():
+					if !send(item{m: m}) {
 						return
 					}
-				case e := <-pc.Errors():
-					select {
-					case ch <- item{err: e}:
-					case <-rctx.Done():
+					if o.toEnd {
+						if m.Offset >= ends[p]-1 {
+							send(item{done: p + 1})
+							return
+						}
+						t.Reset(o.idle)
 					}
+				case e := <-pc.Errors():
+					send(item{err: e})
+					return
+				case <-quiet:
+					send(item{done: p + 1})
 					return
 				case <-rctx.Done():
 					return

@@ -70,6 +70,16 @@ func startSink(t *testing.T, bin, name string, args ...string) *sinkProc {
 	return p
 }
 
+// buildEdgecat builds the command as it ships.
+func buildEdgecat(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "edgecat")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
 // dataset makes devices × windows summaries (revision 0), plus revisions
 // 1 of every 5th window and 2 of every 10th, the latter followed by a
 // stale copy of revision 1; it returns them in production order and the
@@ -185,11 +195,7 @@ func compareTable(t *testing.T, db *pgx.Conn, table string, want map[summary.Key
 // offsets must equal the end offsets.
 func TestSinkExactlyOnce(t *testing.T) {
 	dsn := startPostgres(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "edgecat")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildEdgecat(t)
 	_, brokers := kafkatest.Start(t, 6, "edge.summaries")
 	data, want := dataset(300, 40)
 	produce(t, brokers, -1, data[:1000]...) // some backlog before the members join
@@ -311,11 +317,7 @@ func progressLines(s string) string {
 // figures are logged).
 func TestSinkThroughput(t *testing.T) {
 	dsn := startPostgres(t)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "edgecat")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildEdgecat(t)
 	_, brokers := kafkatest.Start(t, 6, "edge.summaries")
 	var data []aggregate.Summary
 	for d := range 1000 {
