@@ -31,6 +31,12 @@ func sum(dev string, w, rev int) aggregate.Summary {
 // -1 lets the key choose.
 func produce(t testing.TB, brokers []string, partition int32, ss ...aggregate.Summary) {
 	t.Helper()
+	produceTo(t, brokers, "edge.summaries", partition, ss...)
+}
+
+// produceTo is produce to another topic.
+func produceTo(t testing.TB, brokers []string, topic string, partition int32, ss ...aggregate.Summary) {
+	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Producer.Return.Successes = true
 	cfg.Producer.Partitioner = sarama.NewHashPartitioner
@@ -44,7 +50,7 @@ func produce(t testing.TB, brokers []string, partition int32, ss ...aggregate.Su
 	defer p.Close()
 	var msgs []*sarama.ProducerMessage
 	for _, s := range ss {
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: "edge.summaries", Partition: partition, Key: sarama.ByteEncoder(s.Key()), Value: sarama.ByteEncoder(s.AppendJSON(nil)),
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: partition, Key: sarama.ByteEncoder(s.Key()), Value: sarama.ByteEncoder(s.AppendJSON(nil)),
 			Headers: []sarama.RecordHeader{{Key: []byte("edgegate-gateway"), Value: []byte(s.Gateway)}, {Key: []byte("edgegate-schema-version"), Value: []byte("1")},
 				{Key: []byte("content-type"), Value: []byte("application/json")}}})
 	}
