@@ -436,13 +436,20 @@ func TestLimits(t *testing.T) {
 	for i, tc := range []struct {
 		filter string
 		want   byte
-	}{{"a/1", 1}, {"a/2", 1}, {"a/1", 1}, {"a/3", 0x87}} {
+	}{{"a/+", 1}, {"b/2", 1}, {"a/+", 1}, {"a/3", 0x87}} {
 		if got := c.subscribe(uint16(i+1), tc.filter); got != tc.want {
 			t.Errorf("subscribe %s: SUBACK %#x, want %#x", tc.filter, got, tc.want)
 		}
 	}
 	if got := gw.Stats().MQTTRefused["subscription_limit"]; got != 1 {
 		t.Errorf("subscription_limit refusals %d, want 1", got)
+	}
+	// At its limit the client still gets the messages of its
+	// subscriptions (mochi asks the same ACL hook for each delivery).
+	c.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH},
+		Content: &packets.Publish{Topic: "a/x", Payload: []byte("x"), Properties: &packets.Properties{}}})
+	if p, ok := c.read().Content.(*packets.Publish); !ok || p.Topic != "a/x" {
+		t.Errorf("a client at its subscription limit got %v, want its publication on a/x", p)
 	}
 
 	// Publish rate: 600 QoS 0 publications at 200/s with a burst of 200

@@ -75,6 +75,17 @@ func (r *aclRole) canPublish(topic, user, cid string) bool {
 	return false
 }
 
+// canRead reports whether a message on topic may be delivered to the
+// client: a subscribe filter of the role matches it.
+func (r *aclRole) canRead(topic, user, cid string) bool {
+	for _, f := range r.sub {
+		if matchTopic(f, topic, user, cid) {
+			return true
+		}
+	}
+	return false
+}
+
 // canSubscribe reports whether the subscription filter req lies within one
 // of the role's subscribe filters: every topic req matches, the allowed
 // filter matches too.

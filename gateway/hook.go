@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,12 +40,16 @@ type clientInfo struct {
 	// publish is the client's publish rate bucket. Only the client's own
 	// read goroutine (OnPublish) touches it.
 	publish tokenBucket
+	// subscribing holds the filters of the SUBSCRIBE being processed:
+	// mochi asks OnACLCheck(read) both for them and for every message it
+	// delivers to the client, with nothing else to tell the two apart.
+	subscribing atomic.Pointer[[]string]
 }
 
 func (h *hook) ID() string { return "edgegate" }
 
 func (h *hook) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish,
+	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
 		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages,
 		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
@@ -141,6 +146,13 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 				"topic", topic, "suppressed_since_last", held)
 		}
 		return false
+	}
+	if sub := info.subscribing.Load(); sub == nil || !slices.Contains(*sub, topic) {
+		// A message on its way to the client: its subscription was
+		// checked when it was made. Checked again here (without
+		// allocating) in case the configuration changed since, as
+		// restored sessions keep their subscriptions; not a refusal.
+		return info.role.canRead(topic, info.identity, cl.ID)
 	}
 	if !info.role.canSubscribe(topic, info.identity, cl.ID) {
 		g.mqttRefused[RefusedSubscribe].Add(1)
@@ -341,9 +353,24 @@ func (h *hook) StoredInflightMessages() ([]storage.Message, error) {
 	return v, nil
 }
 
+// OnSubscribe marks the filters of a SUBSCRIBE for OnACLCheck.
+func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
+	if v, ok := h.clients.Load(cl); ok {
+		filters := make([]string, len(pk.Filters))
+		for i, f := range pk.Filters {
+			filters[i] = f.Filter
+		}
+		v.(*clientInfo).subscribing.Store(&filters)
+	}
+	return pk
+}
+
 // OnSubscribed journals the subscriptions granted, so that a persistent
 // session has them again after a restart.
 func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
+	if v, ok := h.clients.Load(cl); ok {
+		v.(*clientInfo).subscribing.Store(nil)
+	}
 	if cl.Net.Inline {
 		return
 	}

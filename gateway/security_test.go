@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,6 +300,22 @@ func TestAuthAndACL(t *testing.T) {
 			t.Errorf("%s: SUBACK %#x, want %#x", tc.name, code, tc.want)
 		}
 	}
+	// Deliveries pass the ACL too: the dashboard and the admin get a
+	// device's reading, and nothing is counted as refused.
+	if code := dev.publish(99, "sensors/dev-1/temp", "22"); code != 0 {
+		t.Fatalf("PUBACK %#x", code)
+	}
+	for name, c := range map[string]*v5{"dashboard": dash, "admin": ops} {
+		var p *packets.Publish
+		for range 50 { // the admin also gets the broker's retained $SYS topics
+			if p, _ = c.read().Content.(*packets.Publish); p == nil || !strings.HasPrefix(p.Topic, "$SYS/") {
+				break
+			}
+		}
+		if p == nil || p.Topic != "sensors/dev-1/temp" || string(p.Payload) != "22" {
+			t.Errorf("%s got %v, want the reading", name, p)
+		}
+	}
 	// 3.1.1: a refused publication closes the connection. (mochi writes
 	// a DISCONNECT first, which 3.1.1 clients ignore.)
 	c3 = dial(t, addr)
@@ -369,15 +386,15 @@ func TestAuthAndACL(t *testing.T) {
 		t.Error("TLS 1.1 handshake succeeded")
 	}
 
-	// Exactly the allowed readings were taken: dev-1's, ops's and dev-3's;
-	// each refusal was counted (the 3.1.1 ones too).
+	// Exactly the allowed readings were taken: dev-1's two, ops's and
+	// dev-3's; each refusal was counted (the 3.1.1 ones too).
 	st := settled(t, gw, func(st gateway.Stats) bool {
-		return st.Outcomes["aggregated"] >= 3 && st.MQTTRefused["tls_handshake"] >= 2
+		return st.Outcomes["aggregated"] >= 4 && st.MQTTRefused["tls_handshake"] >= 2
 	})
 	time.Sleep(50 * time.Millisecond)
 	st = gw.Stats()
-	if st.Outcomes["aggregated"] != 3 {
-		t.Errorf("aggregated %d readings, want 3", st.Outcomes["aggregated"])
+	if st.Outcomes["aggregated"] != 4 {
+		t.Errorf("aggregated %d readings, want 4", st.Outcomes["aggregated"])
 	}
 	want := map[string]int64{"bad_credentials": 6, "publish_not_authorized": 6, "subscribe_not_authorized": 6, "tls_handshake": 2}
 	for r, n := range want {
