@@ -23,7 +23,14 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	metrics "github.com/rcrowley/go-metrics"
 )
+
+func init() {
+	// sarama's go-metrics meters tick in a goroutine that never stops;
+	// edgecat reports what it needs itself.
+	metrics.UseNilMetrics = true
+}
 
 const usage = `edgecat: read edgegate's summaries from Kafka
 
