@@ -955,3 +955,38 @@ func TestSubscriptionsSurviveRestart(t *testing.T) {
 		t.Errorf("subscriber got %v", got)
 	}
 }
+
+// TestOfflineSubscriberGetsQueued: a QoS 1 message for a persistent
+// session whose client is away waits for it, and arrives when it
+// reconnects.
+func TestOfflineSubscriberGetsQueued(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	sub, _ := rawConnect(t, gw.Addr(), "dashboard", true)
+	sp := packets.NewControlPacket(packets.SUBSCRIBE)
+	sp.Content = &packets.Subscribe{PacketID: 1, Subscriptions: []packets.SubOptions{{Topic: "sensors/dev-q/#", QoS: 1}}, Properties: &packets.Properties{}}
+	sub.send(sp)
+	sub.expect(packets.SUBACK, 1)
+	sub.conn.Close()
+	time.Sleep(50 * time.Millisecond) // the broker sees the disconnect
+	dev, err := connect(t, gw.Addr(), "dev-q", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.Publish(context.Background(), &paho.Publish{Topic: "sensors/dev-q/t", QoS: 1, Payload: []byte("7")}); err != nil {
+		t.Fatal(err)
+	}
+	sub, present := rawConnect(t, gw.Addr(), "dashboard", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	sub.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := packets.ReadPacket(sub.conn)
+	if err != nil {
+		t.Fatalf("queued message: %v", err)
+	}
+	if p, ok := got.Content.(*packets.Publish); !ok || p.Topic != "sensors/dev-q/t" || string(p.Payload) != "7" {
+		t.Errorf("subscriber got %v", got)
+	}
+}

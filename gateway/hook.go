@@ -132,7 +132,11 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	v, ok := h.clients.Load(cl)
 	if !ok {
-		return false
+		// Not connected: a persistent session whose client is away (or
+		// was restored at start). Messages for it are queued: its
+		// subscriptions were checked when they were made. Nothing
+		// unconnected publishes.
+		return !write
 	}
 	info := v.(*clientInfo)
 	g := h.g
