@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/term"
@@ -138,11 +139,13 @@ func checkPassword(pw []byte) ([]byte, error) {
 	return pw, nil
 }
 
-// writeFileAtomic replaces path with data (mode 0600, or path's mode):
-// a reader sees the old file or the new one, never a part.
+// writeFileAtomic replaces path with data, keeping path's mode, owner and
+// group (new files: 0600): a reader sees the old file or the new one,
+// never a part, and a service that could read it still can.
 func writeFileAtomic(path string, data []byte) error {
 	mode := os.FileMode(0o600)
-	if st, err := os.Stat(path); err == nil {
+	st, statErr := os.Stat(path)
+	if statErr == nil {
 		mode = st.Mode().Perm()
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
@@ -150,6 +153,14 @@ func writeFileAtomic(path string, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name())
+	if statErr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			if err := tmp.Chown(int(sys.Uid), int(sys.Gid)); err != nil && (int(sys.Uid) != os.Geteuid() || int(sys.Gid) != os.Getegid()) {
+				tmp.Close()
+				return fmt.Errorf("keep the owner of %s: %w", path, err)
+			}
+		}
+	}
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
 		return err

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
@@ -45,6 +46,21 @@ func TestPasswd(t *testing.T) {
 	check("dev-2", "pw-2", true)
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		t.Errorf("mode %v, want 0600", st.Mode().Perm())
+	}
+	// An update keeps the mode and group a service reads the file by.
+	os.Chmod(path, 0o640)
+	if os.Geteuid() == 0 {
+		os.Chown(path, 0, 12345)
+	}
+	if err := run("newer\n", path, "dev-1"); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o640 || (os.Geteuid() == 0 && st.Sys().(*syscall.Stat_t).Gid != 12345) {
+		t.Errorf("after an update: mode %v, group %d; want 0640 and the group it had", st.Mode().Perm(), st.Sys().(*syscall.Stat_t).Gid)
+	}
+	check("dev-1", "newer", true)
+	if err := run("new\n", path, "dev-1"); err != nil {
+		t.Fatal(err)
 	}
 	if err := run("", "-D", path, "dev-2"); err != nil {
 		t.Fatal(err)
