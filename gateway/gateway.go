@@ -126,11 +126,9 @@ func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
-	users := Users{}
-	if cfg.MQTT.UsersFile != "" {
-		if users, err = LoadUsers(cfg.MQTT.UsersFile); err != nil {
-			return nil, fmt.Errorf("mqtt.users_file: %w", err)
-		}
+	users, err := loadUsers(cfg)
+	if err != nil {
+		return nil, err
 	}
 	rules, err := newACL(cfg)
 	if err != nil {
@@ -421,16 +419,25 @@ func (g *Gateway) TLSAddr() string { return g.tlsAddr }
 // WebSocketAddr returns the address of the WebSocket listener, if any.
 func (g *Gateway) WebSocketAddr() string { return g.wsAddr }
 
+// loadUsers reads mqtt.users_file, if set.
+func loadUsers(cfg *configs.Config) (Users, error) {
+	if cfg.MQTT.UsersFile == "" {
+		return Users{}, nil
+	}
+	users, err := LoadUsers(cfg.MQTT.UsersFile)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt.users_file: %w", err)
+	}
+	return users, nil
+}
+
 // Reload reads the users file and the TLS certificate, key and client CA
 // files again (on SIGHUP). Connected clients keep their sessions; new
 // connections use what was read. On error nothing changes.
 func (g *Gateway) Reload() error {
-	users := Users{}
-	if f := g.cfg.MQTT.UsersFile; f != "" {
-		var err error
-		if users, err = LoadUsers(f); err != nil {
-			return fmt.Errorf("reload mqtt.users_file: %w", err)
-		}
+	users, err := loadUsers(g.cfg)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
 	}
 	if g.tls != nil {
 		if err := g.tls.Reload(); err != nil {

@@ -66,7 +66,9 @@ func classify(err error) (Refusal, bool) {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, mqtt.ErrConnectionClosed):
 		return 0, false
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return 0, false // keep alive expiry is counted by mochi; connect timeouts by the guard
+		// mochi wraps the errors of reading CONNECT so; a deadline passed
+		// later is a keep alive expiry, a normal end.
+		return RefusedConnectTimeout, strings.HasPrefix(err.Error(), "read connection:")
 	case errors.As(err, &code):
 		switch code.Code {
 		case packets.ErrBadUsernameOrPassword.Code:
@@ -135,9 +137,6 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 		err := establish(id, c)
 		if r, ok := classify(err); ok {
 			g.mqttRefused[r].Add(1)
-		} else if errors.Is(err, os.ErrDeadlineExceeded) && strings.HasPrefix(err.Error(), "read connection:") {
-			// mochi wraps errors before and while reading CONNECT so.
-			g.mqttRefused[RefusedConnectTimeout].Add(1)
 		}
 		if err != nil {
 			if ok, held := g.logLimiter.allow("conn-end", g.now()); ok {
