@@ -616,7 +616,8 @@ func (dv *device) sendOne(ctx context.Context) {
 	t0 := time.Now()
 	err := dv.c.publish(pctx, om.Topic, d.QoS, om.Payload)
 	cancel()
-	at, began := dv.now(), dv.now().Add(-time.Since(t0))
+	at := dv.now()
+	began := at.Add(-time.Since(t0))
 	if err == nil && d.QoS > 0 {
 		f.recordAck(time.Since(t0))
 	}
