@@ -4,6 +4,7 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
+CMDS    := edgegate edgesim edgecat devkafka
 
 .PHONY: help build demo test lint check bench fuzz cross deb e2e crash-long clean
 
@@ -19,10 +20,11 @@ help:
 	@echo "make fuzz    fuzz the payload decoder and the live MQTT listener, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
-	@echo "make build   bin/edgegate for this machine"
+	@echo "make build   bin/edgegate, bin/edgesim, bin/edgecat, bin/devkafka for this machine"
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/edgegate ./cmd/edgegate
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/ $(addprefix ./cmd/,$(CMDS))
 
 demo:
 	$(GO) run ./cmd/edgegate demo
