@@ -5,6 +5,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
 CMDS    := edgegate edgesim edgecat devkafka
+# staticcheck and nfpm have their own module (tools/go.mod), so that their
+# dependencies stay out of the module graph of everyone who imports ours.
+TOOL    := $(GO) tool -modfile=tools/go.mod
 
 .PHONY: help build demo test lint check bench fuzz cross deb e2e crash-long clean
 
@@ -42,8 +45,8 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat
-	$(GO) tool staticcheck ./...
-	$(GO) tool staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat
+	$(TOOL) staticcheck ./...
+	$(TOOL) staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat
 
 check: lint test
 
@@ -70,11 +73,11 @@ DEB_VERSION ?= 0.1.0~git$(shell git rev-parse --short HEAD 2>/dev/null || echo 0
 deb: cross
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-amd64 ./cmd/edgegate
 	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-armv6 $(DIST)/pkg/edgegate
-	DEB_ARCH=armhf VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	DEB_ARCH=armhf VERSION=$(DEB_VERSION) $(TOOL) nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
 	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-arm64 $(DIST)/pkg/edgegate
-	DEB_ARCH=arm64 VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	DEB_ARCH=arm64 VERSION=$(DEB_VERSION) $(TOOL) nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
 	@mkdir -p $(DIST)/pkg && cp $(DIST)/edgegate-linux-amd64 $(DIST)/pkg/edgegate
-	DEB_ARCH=amd64 VERSION=$(DEB_VERSION) $(GO) tool nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
+	DEB_ARCH=amd64 VERSION=$(DEB_VERSION) $(TOOL) nfpm package --config configs/nfpm.yaml --packager deb --target $(DIST)/
 	@ls -l $(DIST)/*.deb | awk '{printf "%-48s %6.1f MiB\n", $$9, $$5/1048576}'
 
 e2e:
