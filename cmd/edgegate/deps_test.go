@@ -1,36 +1,144 @@
 package main
 
 import (
+	"errors"
 	"os/exec"
 	"strings"
 	"testing"
 )
 
-// TestDependencyDirection keeps the arrows of ARCHITECTURE.md honest: each
-// package may not depend on the packages listed for it.
+// importRule says what the packages under it may depend on, directly or
+// not: with only set, the standard library and allow and nothing else;
+// otherwise anything but deny, where allow makes exceptions. Patterns are
+// import paths relative to the module ("x" is x, "x/..." is x and every
+// package below it); a path with a dot is outside the module.
+type importRule struct {
+	name  string // the rule, as a failure states it
+	pkgs  string
+	only  bool
+	allow []string
+	deny  []string
+}
+
+var (
+	saramaTree = "github.com/IBM/sarama/..."
+	mochiTree  = "github.com/mochi-mqtt/server/v2/..."
+	pahoTrees  = []string{"github.com/eclipse/paho.golang/...", "github.com/eclipse/paho.mqtt.golang/..."}
+)
+
+// importRules are the arrows of ARCHITECTURE.md: dependencies point down
+// the data flow, and the core packages do no I/O of their own.
+var importRules = []importRule{
+	{name: "aggregate: standard library only", pkgs: "aggregate/...", only: true},
+	{name: "bridge/queue: standard library only", pkgs: "bridge/queue/...", only: true},
+	{name: "devices: periph.io/x/conn only", pkgs: "devices/...", only: true,
+		allow: []string{"periph.io/x/conn/v3/...", "devices/..."}},
+	{name: "gateway: not bridge (bridge/queue aside), configs, sarama, firmware-sim", pkgs: "gateway/...",
+		deny: []string{"bridge/...", "configs/...", saramaTree, "firmware-sim/..."}, allow: []string{"bridge/queue/..."}},
+	{name: "gateway/payload: not mochi, sarama, bridge", pkgs: "gateway/payload/...",
+		deny: []string{mochiTree, saramaTree, "bridge/..."}},
+	{name: "bridge: not mochi, paho, gateway", pkgs: "bridge/...",
+		deny: append([]string{mochiTree, "gateway/..."}, pahoTrees...)},
+	{name: "bridge/summary: not sarama, the rest of bridge", pkgs: "bridge/summary/...",
+		deny: []string{saramaTree, "bridge/..."}, allow: []string{"bridge/summary/..."}},
+	// The emulators model the datasheets, not our drivers.
+	{name: "firmware-sim: not gateway, bridge, aggregate, devices, sarama", pkgs: "firmware-sim/...",
+		deny: []string{"gateway/...", "bridge/...", "aggregate/...", "devices/...", saramaTree}},
+}
+
+// TestDependencyDirection checks every package of the trees the rules
+// name against the rules, over the import graph go list -deps prints.
 func TestDependencyDirection(t *testing.T) {
-	const mod = "github.com/edgegate/edgegate/"
-	rules := map[string][]string{
-		"aggregate":       {"github.com/", "golang.org/", "periph.io/", mod}, // standard library only
-		"bridge":          {"github.com/mochi-mqtt/", "github.com/eclipse/paho", mod + "gateway"},
-		"firmware-sim":    {mod + "gateway", mod + "bridge", mod + "aggregate", mod + "devices", "github.com/IBM/sarama"}, // emulators model the datasheets, not our drivers
-		"gateway/payload": {"github.com/mochi-mqtt/", "github.com/IBM/sarama", mod + "bridge"},
-		"gateway":         {mod + "firmware-sim"},
-	}
-	for pkg, banned := range rules {
-		out, err := exec.Command("go", "list", "-deps", "./../../"+pkg).Output()
-		if err != nil {
-			t.Fatalf("go list %s: %v", pkg, err)
+	const mod = "github.com/edgegate/edgegate"
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}",
+		"./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			t.Fatalf("go list: %v\n%s", err, exit.Stderr)
 		}
-		for _, dep := range strings.Fields(string(out)) {
-			if dep == mod+pkg || strings.HasPrefix(dep, "vendor/") {
+		t.Fatalf("go list: %v", err)
+	}
+	std := map[string]bool{"C": true}
+	imports := map[string][]string{}
+	var listed []string // the module's packages, as relative paths
+	for line := range strings.Lines(string(out)) {
+		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		if len(f) != 4 {
+			t.Fatalf("go list: unexpected line %q", line)
+		}
+		std[f[0]] = f[1] == "true"
+		imports[f[0]] = strings.Fields(f[3])
+		if f[2] == "false" {
+			listed = append(listed, strings.TrimPrefix(f[0], mod+"/"))
+		}
+	}
+	// A pattern without a dot in its first element is the module's.
+	abs := func(p string) string {
+		if first, _, _ := strings.Cut(p, "/"); !strings.Contains(first, ".") {
+			return mod + "/" + p
+		}
+		return p
+	}
+	match := func(pattern, path string) bool {
+		pattern = abs(pattern)
+		if tree, ok := strings.CutSuffix(pattern, "/..."); ok {
+			return path == tree || strings.HasPrefix(path, tree+"/")
+		}
+		return path == pattern
+	}
+	matchAny := func(patterns []string, path string) bool {
+		for _, p := range patterns {
+			if match(p, path) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range importRules {
+		applied := false
+		for _, pkg := range listed {
+			if !match(r.pkgs, abs(pkg)) {
 				continue
 			}
-			for _, b := range banned {
-				if strings.HasPrefix(dep, b) {
-					t.Errorf("%s depends on %s", pkg, dep)
+			applied = true
+			// Breadth first over the imports: every dependency of pkg,
+			// each with the import that first led to it. What is reached
+			// only through a wrong arrow is not reported again.
+			from := map[string]string{abs(pkg): ""}
+			queue := []string{abs(pkg)}
+			for len(queue) > 0 {
+				p := queue[0]
+				queue = queue[1:]
+				for _, dep := range imports[p] {
+					if _, seen := from[dep]; seen {
+						continue
+					}
+					from[dep] = p
+					var bad bool
+					switch {
+					case match(r.pkgs, dep) || std[dep]:
+					case r.only:
+						bad = !matchAny(r.allow, dep)
+					default:
+						bad = matchAny(r.deny, dep) && !matchAny(r.allow, dep)
+					}
+					if bad {
+						chain := []string{strings.TrimPrefix(dep, mod+"/")}
+						for q := from[dep]; q != ""; q = from[q] {
+							chain = append([]string{strings.TrimPrefix(q, mod+"/")}, chain...)
+						}
+						t.Errorf("rule %q: %s depends on %s (%s)", r.name, pkg, strings.TrimPrefix(dep, mod+"/"), strings.Join(chain, " -> "))
+						continue
+					}
+					queue = append(queue, dep)
 				}
 			}
+		}
+		if !applied {
+			t.Errorf("rule %q: no package matches %s", r.name, r.pkgs)
 		}
 	}
 }
