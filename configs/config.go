@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/devices"
 	"github.com/edgegate/edgegate/gateway/payload"
 )
 
@@ -47,7 +48,7 @@ type Sensor struct {
 	// or "emulated" for chips simulated in the gateway (any machine).
 	Bus     string   `yaml:"bus"`
 	Address int      `yaml:"address"` // 7-bit, e.g. 0x76
-	Driver  string   `yaml:"driver"`  // bme280 (also BMP280), sht3x, bh1750
+	Driver  string   `yaml:"driver"`  // a devices.Drivers name: bme280 (also BMP280), sht3x, bh1750
 	Every   Duration `yaml:"interval"`
 	Device  string   `yaml:"device"`
 	// Metrics renames the driver's metrics (temperature, pressure,
@@ -55,11 +56,35 @@ type Sensor struct {
 	Metrics map[string]string `yaml:"metrics"`
 }
 
-// SensorDrivers maps each driver to the metrics it reports.
-var SensorDrivers = map[string][]string{
-	"bme280": {"temperature", "pressure", "humidity"},
-	"sht3x":  {"temperature", "humidity"},
-	"bh1750": {"illuminance"},
+// driverNames lists the drivers for an error message: "bme280 (also for
+// BMP280), sht3x or bh1750".
+func driverNames() string {
+	var names []string
+	for _, d := range devices.Drivers() {
+		n := d.Name
+		if len(d.Chips) > 1 {
+			n += " (also for " + strings.Join(d.Chips[1:], ", ") + ")"
+		}
+		names = append(names, n)
+	}
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// driverAddresses lists each chip's addresses for an error message:
+// "BME280 0x76/0x77, SHT3x 0x44/0x45, BH1750 0x23/0x5c".
+func driverAddresses() string {
+	var chips []string
+	for _, d := range devices.Drivers() {
+		var addrs []string
+		for _, a := range d.Addresses {
+			addrs = append(addrs, fmt.Sprintf("%#x", a))
+		}
+		chips = append(chips, d.Chips[0]+" "+strings.Join(addrs, "/"))
+	}
+	return strings.Join(chips, ", ")
 }
 
 // SensorTopic returns the MQTT topic a sensor's readings for metric are
@@ -672,12 +697,13 @@ func (c *Config) Validate() error {
 			add(key+".bus", "is empty; name the I2C bus (/dev/i2c-1, or emulated for simulated chips)")
 		}
 		if s.Address < 0x03 || s.Address > 0x77 {
-			add(key+".address", "%#x is not a 7-bit device address; use 0x03…0x77 (BME280 0x76/0x77, SHT3x 0x44/0x45, BH1750 0x23/0x5c)", s.Address)
+			add(key+".address", "%#x is not a 7-bit device address; use 0x03…0x77 (%s)", s.Address, driverAddresses())
 		}
-		metrics, ok := SensorDrivers[s.Driver]
+		driver, ok := devices.Lookup(s.Driver)
 		if !ok {
-			add(key+".driver", "%q is not a driver; use bme280 (also for BMP280), sht3x or bh1750", s.Driver)
+			add(key+".driver", "%q is not a driver; use %s", s.Driver, driverNames())
 		}
+		metrics := driver.MetricNames()
 		if d := s.Every.D(); d < 100*time.Millisecond || d > 24*time.Hour {
 			add(key+".interval", "%s is out of range; use 100ms to 24h", d)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 
@@ -14,7 +13,7 @@ import (
 	periphhost "periph.io/x/host/v3"
 
 	"github.com/edgegate/edgegate/configs"
-	"github.com/edgegate/edgegate/devices/sht3x"
+	"github.com/edgegate/edgegate/devices"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
@@ -29,10 +28,11 @@ var registerOnce sync.Once
 // values drifting slowly. A host without I²C is not an error here: those
 // sensors fail to open, are reported and retried.
 func prepareSensors(cfg *configs.Config, log *slog.Logger) {
-	real, emulated := false, false
+	real := false
+	var chips []firmwaresim.EmulatedChip
 	for _, s := range cfg.Sensors {
 		if s.Bus == emulatedBusName {
-			emulated = true
+			chips = append(chips, firmwaresim.EmulatedChip{Driver: s.Driver, Address: uint16(s.Address)})
 		} else {
 			real = true
 		}
@@ -42,32 +42,19 @@ func prepareSensors(cfg *configs.Config, log *slog.Logger) {
 			log.Warn("periph host drivers did not load; I2C sensors on real buses will not open", "err", err)
 		}
 	}
-	if !emulated {
-		return
+	if len(chips) > 0 {
+		registerEmulated(chips, log)
 	}
+}
+
+// registerEmulated registers the emulated bus, holding chips, in periph's
+// bus registry; only the first call in a process does.
+func registerEmulated(chips []firmwaresim.EmulatedChip, log *slog.Logger) {
 	registerOnce.Do(func() {
-		bus := firmwaresim.NewBus(emulatedBusName)
-		for _, s := range cfg.Sensors {
-			if s.Bus != emulatedBusName {
-				continue
-			}
-			switch s.Driver {
-			case "bme280":
-				c := firmwaresim.NewBME280()
-				c.Script(func(n int) (float64, float64, float64) {
-					x := float64(n) / 30
-					return 21 + 1.5*math.Sin(x), 101325 + 150*math.Cos(x/3), 45 + 5*math.Sin(x/2)
-				})
-				bus.Attach(uint16(s.Address), c)
-			case "sht3x":
-				c := firmwaresim.NewSHT3x()
-				c.Set(20.5, 48)
-				bus.Attach(uint16(s.Address), c)
-			case "bh1750":
-				c := firmwaresim.NewBH1750()
-				c.Set(320)
-				bus.Attach(uint16(s.Address), c)
-			}
+		bus, err := firmwaresim.EmulatedBus(emulatedBusName, chips...)
+		if err != nil {
+			log.Warn("emulated I2C bus not built", "err", err)
+			return
 		}
 		if err := i2creg.Register(emulatedBusName, nil, -1, func() (i2c.BusCloser, error) { return bus, nil }); err != nil {
 			log.Warn("emulated I2C bus not registered", "err", err)
@@ -89,11 +76,12 @@ func cmdSensors(args []string, stdout, stderr io.Writer) error {
 		return usageError{errors.New("sensors scan: --bus NAME is required")}
 	}
 	if *name == emulatedBusName {
-		prepareSensors(&configs.Config{Sensors: []configs.Sensor{
-			{Bus: emulatedBusName, Address: 0x76, Driver: "bme280"},
-			{Bus: emulatedBusName, Address: 0x44, Driver: "sht3x"},
-			{Bus: emulatedBusName, Address: 0x23, Driver: "bh1750"},
-		}}, slog.New(slog.DiscardHandler))
+		// One chip of each driver, at its default address.
+		var chips []firmwaresim.EmulatedChip
+		for _, d := range devices.Drivers() {
+			chips = append(chips, firmwaresim.EmulatedChip{Driver: d.Name, Address: d.Addresses[0]})
+		}
+		registerEmulated(chips, slog.New(slog.DiscardHandler))
 	} else if _, err := periphhost.Init(); err != nil {
 		return fmt.Errorf("load periph host drivers: %w", err)
 	}
@@ -110,60 +98,10 @@ func cmdSensors(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("open i2c bus %q: not found; %s (on a Raspberry Pi: dtparam=i2c_arm=on in /boot/firmware/config.txt, reboot, and membership of group i2c for /dev/i2c-1)", *name, have)
 	}
 	defer bus.Close()
-	found := scanBus(bus)
+	found := devices.Scan(bus)
 	fmt.Fprintf(stdout, "bus %s: %d device(s)\n", bus, len(found))
 	for _, f := range found {
-		fmt.Fprintf(stdout, "  %#02x  %s\n", f.addr, f.what)
+		fmt.Fprintf(stdout, "  %#02x  %s\n", f.Addr, f.What)
 	}
 	return nil
-}
-
-type scanned struct {
-	addr uint16
-	what string
-}
-
-// scanBus lists the addresses that answer a one-byte read (as i2cdetect
-// -r does) and identifies the chips edgegate drives: BME280/BMP280 by
-// their id register, SHT3x by a status word with a valid CRC, BH1750 (which
-// has no id register) by its address and acknowledging power-on.
-func scanBus(bus i2c.Bus) []scanned {
-	var out []scanned
-	for addr := uint16(0x03); addr <= 0x77; addr++ {
-		what := identify(bus, addr)
-		if what == "" {
-			if bus.Tx(addr, nil, make([]byte, 1)) != nil {
-				continue
-			}
-			what = "unknown device"
-		}
-		out = append(out, scanned{addr, what})
-	}
-	return out
-}
-
-func identify(bus i2c.Bus, addr uint16) string {
-	switch addr {
-	case 0x76, 0x77:
-		var id [1]byte
-		if bus.Tx(addr, []byte{0xD0}, id[:]) == nil {
-			switch id[0] {
-			case 0x60:
-				return "BME280 (chip id 0x60)"
-			case 0x58:
-				return "BMP280 (chip id 0x58)"
-			}
-			return fmt.Sprintf("unknown device (register 0xD0 = %#02x)", id[0])
-		}
-	case 0x44, 0x45:
-		var st [3]byte
-		if bus.Tx(addr, []byte{0xF3, 0x2D}, nil) == nil && bus.Tx(addr, nil, st[:]) == nil && sht3x.CRC8(st[:2]) == st[2] {
-			return fmt.Sprintf("SHT3x (status %#04x, CRC ok)", uint16(st[0])<<8|uint16(st[1]))
-		}
-	case 0x23, 0x5C:
-		if bus.Tx(addr, []byte{0x01}, nil) == nil && bus.Tx(addr, []byte{0x00}, nil) == nil {
-			return "BH1750 (no id register: by address and power-on)"
-		}
-	}
-	return ""
 }

@@ -22,6 +22,26 @@ const (
 	opOneTimeH  = 0x20 // one-time high-resolution mode (1 lx), then power down
 )
 
+// The sensor's I²C addresses (p. 10): pin ADDR low selects Addr, high
+// AltAddr.
+const (
+	Addr    = 0x23
+	AltAddr = 0x5C
+)
+
+// Probe checks for a sensor at addr on b. The BH1750 has no identification
+// register: a device that acknowledges the power-on and power-down
+// instructions (p. 5) at one of its addresses is taken for one, so Probe
+// is only meaningful at Addr and AltAddr. It leaves the sensor powered
+// down, and does not open or close the bus.
+func Probe(b i2c.Bus, addr uint16) error {
+	d := &Dev{d: &i2c.Dev{Bus: b, Addr: addr}}
+	if err := d.op(opPowerOn); err != nil {
+		return d.wrap("power on", err)
+	}
+	return d.Halt()
+}
+
 // Illuminance is in millilux.
 type Illuminance int64
 
@@ -46,7 +66,7 @@ type Dev struct {
 	sleep func(time.Duration)
 }
 
-// NewI2C powers on the sensor at addr (0x23, or 0x5C with ADDR high) on b
+// NewI2C powers on the sensor at addr (Addr, or AltAddr with ADDR high) on b
 // and sets its measurement time. It does not open or close the bus. The
 // BH1750 has no identification register: a sensor that acknowledges these
 // instructions is taken for one.

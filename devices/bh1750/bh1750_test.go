@@ -101,3 +101,20 @@ func TestFaults(t *testing.T) {
 		t.Errorf("after the NACK: %v", err)
 	}
 }
+
+// TestProbe finds a sensor that acknowledges power on and down, not an
+// empty address, and leaves the sensor powered down (a measurement
+// instruction is then refused).
+func TestProbe(t *testing.T) {
+	bus := firmwaresim.NewBus("emu")
+	bus.Attach(AltAddr, firmwaresim.NewBH1750())
+	if err := Probe(bus, AltAddr); err != nil {
+		t.Errorf("sensor at 0x5c: %v", err)
+	}
+	if err := bus.Tx(AltAddr, []byte{opOneTimeH}, nil); !errors.Is(err, firmwaresim.ErrNACK) {
+		t.Errorf("measurement after Probe: %v, want a NACK (powered down)", err)
+	}
+	if err := Probe(bus, Addr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bh1750 at 0x23: power on") {
+		t.Errorf("no sensor: %v", err)
+	}
+}

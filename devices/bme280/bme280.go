@@ -40,6 +40,36 @@ const (
 	modeForced    = 0x01 // §5.4.5
 )
 
+// The chip's I²C addresses (§6.2): SDO to GND selects Addr, SDO to VDDIO
+// AltAddr.
+const (
+	Addr    = 0x76
+	AltAddr = 0x77
+)
+
+// ErrWrongChip is returned (wrapped) by Probe and NewI2C when the device
+// at the address answers with a chip id that is neither a BME280's nor a
+// BMP280's.
+var ErrWrongChip = errors.New("another chip answers at this address")
+
+// Probe identifies the chip at addr on b by its chip id register (§5.4.1;
+// BMP280 datasheet §4.3.1), with one bus transaction and no change to the
+// chip's state. It returns the id and a nil error for a BME280
+// (ChipIDBME280) or a BMP280 (ChipIDBMP280); the id read and an error
+// wrapping ErrWrongChip when another chip answers; or the bus error when
+// nothing could be read. It does not open or close the bus.
+func Probe(b i2c.Bus, addr uint16) (id byte, err error) {
+	var r [1]byte
+	if err := b.Tx(addr, []byte{regChipID}, r[:]); err != nil {
+		return 0, fmt.Errorf("bme280 at %#02x: read chip id: %w", addr, err)
+	}
+	if r[0] != ChipIDBME280 && r[0] != ChipIDBMP280 {
+		return r[0], fmt.Errorf("bme280 at %#02x: chip id %#02x, want %#02x (BME280) or %#02x (BMP280): %w",
+			addr, r[0], ChipIDBME280, ChipIDBMP280, ErrWrongChip)
+	}
+	return r[0], nil
+}
+
 // Oversampling is a measurement's oversampling setting (§3.4, §5.4.3):
 // more samples, less noise, longer conversions. Off skips the measurement.
 type Oversampling uint8
@@ -89,8 +119,8 @@ type calibration struct {
 	h6                             int8
 }
 
-// NewI2C checks the chip at addr (0x76 or 0x77) on b, reads its
-// calibration and returns a Dev. It does not open or close the bus.
+// NewI2C checks the chip at addr (Addr or AltAddr) on b with Probe, reads
+// its calibration and returns a Dev. It does not open or close the bus.
 func NewI2C(b i2c.Bus, addr uint16, opts *Opts) (*Dev, error) {
 	d := &Dev{d: &i2c.Dev{Bus: b, Addr: addr}, sleep: time.Sleep}
 	if opts != nil {
@@ -104,15 +134,11 @@ func NewI2C(b i2c.Bus, addr uint16, opts *Opts) (*Dev, error) {
 			return nil, fmt.Errorf("bme280 at %#02x: oversampling %d is not a setting (Off … O16x)", addr, *o)
 		}
 	}
-	var id [1]byte
-	if err := d.d.Tx([]byte{regChipID}, id[:]); err != nil {
-		return nil, d.wrap("read chip id", err)
+	id, err := Probe(b, addr)
+	if err != nil {
+		return nil, err
 	}
-	d.id = id[0]
-	if d.id != ChipIDBME280 && d.id != ChipIDBMP280 {
-		return nil, fmt.Errorf("bme280 at %#02x: chip id %#02x, want %#02x (BME280) or %#02x (BMP280): another chip answers at this address",
-			addr, d.id, ChipIDBME280, ChipIDBMP280)
-	}
+	d.id = id
 	var c1 [26]byte
 	if err := d.d.Tx([]byte{regCalib00}, c1[:]); err != nil {
 		return nil, d.wrap("read calibration", err)

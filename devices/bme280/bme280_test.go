@@ -155,3 +155,29 @@ func TestFaults(t *testing.T) {
 		t.Errorf("reset values: %v", err)
 	}
 }
+
+// TestProbe identifies each chip by its id register, tells another chip
+// from none, and leaves the chip as it was (no conversion started).
+func TestProbe(t *testing.T) {
+	bus := firmwaresim.NewBus("emu")
+	bme, bmp := firmwaresim.NewBME280(), firmwaresim.NewBMP280()
+	bus.Attach(Addr, bme)
+	bus.Attach(AltAddr, bmp)
+	if id, err := Probe(bus, Addr); err != nil || id != ChipIDBME280 {
+		t.Errorf("BME280: id %#02x, %v", id, err)
+	}
+	if id, err := Probe(bus, AltAddr); err != nil || id != ChipIDBMP280 {
+		t.Errorf("BMP280: id %#02x, %v", id, err)
+	}
+	if bme.Count() != 0 || bmp.Count() != 0 {
+		t.Errorf("probing made conversions: %d, %d", bme.Count(), bmp.Count())
+	}
+	bme.SetChipID(0x61)
+	if id, err := Probe(bus, Addr); id != 0x61 || !errors.Is(err, ErrWrongChip) || !strings.Contains(err.Error(), "bme280 at 0x76: chip id 0x61") {
+		t.Errorf("another chip: id %#02x, %v", id, err)
+	}
+	bus.Detach(AltAddr)
+	if _, err := Probe(bus, AltAddr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bme280 at 0x77: read chip id") {
+		t.Errorf("no chip: %v", err)
+	}
+}

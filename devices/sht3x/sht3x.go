@@ -24,6 +24,24 @@ const (
 	cmdClearStatus = 0x3041
 )
 
+// The sensor's I²C addresses (the datasheet's table of I²C device
+// addresses): pin ADDR low selects Addr, high AltAddr.
+const (
+	Addr    = 0x44
+	AltAddr = 0x45
+)
+
+// Probe identifies the sensor at addr on b: it reads the status register
+// (§4.11) and checks the word's CRC (§4.12), which a chip that merely
+// acknowledges does not get right. It returns the status word, or an error
+// (wrapping ErrCRC for a wrong checksum) when nothing or something else
+// answered. Unlike NewI2C it does not reset the sensor, and it does not
+// open or close the bus.
+func Probe(b i2c.Bus, addr uint16) (status uint16, err error) {
+	d := &Dev{d: &i2c.Dev{Bus: b, Addr: addr}}
+	return d.Status()
+}
+
 // Repeatability trades measurement time for noise (§4.3, table 9).
 type Repeatability uint8
 
@@ -61,7 +79,7 @@ type Dev struct {
 // ErrCRC is returned when a word's checksum does not match.
 var ErrCRC = errors.New("CRC mismatch")
 
-// NewI2C resets the sensor at addr (0x44 or 0x45) on b and checks that it
+// NewI2C resets the sensor at addr (Addr or AltAddr) on b and checks that it
 // answers with a status word whose CRC is right. It does not open or close
 // the bus.
 func NewI2C(b i2c.Bus, addr uint16, opts *Opts) (*Dev, error) {

@@ -130,3 +130,24 @@ func TestFaults(t *testing.T) {
 		t.Errorf("stuck bus: %v", err)
 	}
 }
+
+// TestProbe identifies the sensor by a status word with a valid CRC, and
+// rejects a wrong checksum and an empty address.
+func TestProbe(t *testing.T) {
+	bus := firmwaresim.NewBus("emu")
+	chip := firmwaresim.NewSHT3x()
+	bus.Attach(Addr, chip)
+	if st, err := Probe(bus, Addr); err != nil || st != 0x0010 {
+		t.Errorf("status %#04x, %v; want 0x0010 (reset seen)", st, err)
+	}
+	chip.FailCRC(1)
+	if _, err := Probe(bus, Addr); !errors.Is(err, ErrCRC) || !strings.Contains(err.Error(), "sht3x at 0x44: status") {
+		t.Errorf("bad CRC: %v", err)
+	}
+	if _, err := Probe(bus, AltAddr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "sht3x at 0x45: read status") {
+		t.Errorf("no sensor: %v", err)
+	}
+	if chip.Count() != 0 {
+		t.Errorf("probing made %d measurements", chip.Count())
+	}
+}
