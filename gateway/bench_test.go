@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"context"
@@ -17,22 +17,23 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/edgegate/edgegate/aggregate"
-	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/journal"
 )
 
 // countOutput counts what the gateway produces and throws it away.
 type countOutput struct{ summaries, dead atomic.Uint64 }
 
-func (c *countOutput) Summary(aggregate.Summary, bridge.Mark)    { c.summaries.Add(1) }
-func (c *countOutput) DeadLetter(bridge.DeadLetter, bridge.Mark) { c.dead.Add(1) }
-func (c *countOutput) Full() bool                                { return false }
-func (c *countOutput) Stored() bridge.Mark                       { return bridge.Mark{} }
-func (c *countOutput) Sync() error                               { return nil }
+func (c *countOutput) Summary(aggregate.Summary, gateway.Mark)     { c.summaries.Add(1) }
+func (c *countOutput) DeadLetter(gateway.DeadLetter, gateway.Mark) { c.dead.Add(1) }
+func (c *countOutput) Full() bool                                  { return false }
+func (c *countOutput) Stored() gateway.Mark                        { return gateway.Mark{} }
+func (c *countOutput) Sync() error                                 { return nil }
 
 var fsyncInterval = flag.Duration("fsync-interval", -1, "benchmarks: storage.fsync_interval (default: the config default)")
 
-func benchGateway(b *testing.B, now func() time.Time) (*Gateway, *countOutput) {
+func benchGateway(b *testing.B, now func() time.Time) (*gateway.Gateway, *countOutput) {
 	b.Helper()
 	c := configs.Default()
 	if *fsyncInterval >= 0 {
@@ -45,7 +46,7 @@ func benchGateway(b *testing.B, now func() time.Time) (*Gateway, *countOutput) {
 	c.MQTT.PublishRate = 0 // measure the broker, not the limit
 	c.Kafka.Brokers = []string{"127.0.0.1:9"}
 	out := &countOutput{}
-	g, err := New(&c, out, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
+	g, err := gateway.New(c.GatewayOptions(nil), out, slog.New(slog.NewTextHandler(io.Discard, nil)), now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func BenchmarkIngest(b *testing.B) {
 			start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 			var clock time.Time
 			g, out := benchGateway(b, func() time.Time { return clock })
-			defer g.server.Close()
+			defer g.CloseFiles()
 			buf := make([]byte, 0, 64)
 			rec := make([]byte, 0, 128)
 			i := 0
@@ -88,8 +89,8 @@ func BenchmarkIngest(b *testing.B) {
 					buf = strconv.AppendInt(buf, clock.UnixMilli(), 10)
 					buf = append(buf, '}')
 				}
-				rec = appendPublish(rec[:0], clock.UnixNano(), 0, 0, "c", topics[k], buf)
-				g.apply(uint64(i+1), [][]byte{rec})
+				rec = journal.AppendPublish(rec[:0], clock.UnixNano(), 0, 0, "c", topics[k], buf)
+				g.ApplyBatch(uint64(i+1), [][]byte{rec})
 				i++
 			}
 			b.StopTimer()
@@ -138,8 +139,8 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 				clients[i] = c
 				defer c.Disconnect(&paho.Disconnect{})
 			}
-			before := g.publishes.Load()
-			js0 := g.jlog.Stats()
+			before := g.Publishes()
+			js0 := g.JournalLog().Stats()
 			lat := make([][]time.Duration, tc.clients*tc.perConn)
 			b.ResetTimer()
 			start := time.Now()
@@ -176,15 +177,15 @@ func BenchmarkGatewayThroughput(b *testing.B) {
 				}()
 			}
 			wg.Wait()
-			for g.publishes.Load()-before < uint64(b.N) { // QoS 0 has no ack: wait until ingested
+			for g.Publishes()-before < uint64(b.N) { // QoS 0 has no ack: wait until ingested
 				if time.Since(start) > time.Minute {
-					b.Fatalf("ingested %d of %d", g.publishes.Load()-before, b.N)
+					b.Fatalf("ingested %d of %d", g.Publishes()-before, b.N)
 				}
 				time.Sleep(time.Millisecond)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "readings/s")
-			js := g.jlog.Stats()
+			js := g.JournalLog().Stats()
 			b.ReportMetric(float64(js.Bytes-js0.Bytes)/float64(b.N), "journal-B/reading")
 			if tc.qos > 0 {
 				all := slices.Concat(lat...)

@@ -1,12 +1,30 @@
-// Package gateway runs the embedded MQTT broker (mochi-mqtt) and the ingest
-// path: every publication on a configured topic is decoded into readings in
-// the publisher's own goroutine, before the broker acknowledges it, and
-// folded into the aggregator; summaries and dead letters go to an Output.
+// Package gateway is the ingest path between the MQTT broker and the
+// outbound queue: every publication on a reading topic is journaled by the
+// broker (package broker) into the ingest journal (package journal), and
+// acknowledged once the journal has it on disk. The journal's applier then
+// hands each durable batch to the Gateway, which decodes it (package
+// payload) into readings and folds them into the aggregator; summaries and
+// dead letters go to an Output, marked with the journal event that made
+// them, so that replaying the journal after a crash makes no output twice.
 //
-// Readings are taken in mochi's OnPublish hook, which runs before the
-// PUBACK/PUBREC is written, so that a later durability layer can make the
-// acknowledgement wait for a disk sync. Inline subscriptions are not used:
-// they run after the acknowledgement and may run concurrently.
+// The Gateway also owns checkpoints (the aggregator's state, persistent
+// sessions and duplicate detection, in the state file, after which the
+// journal is trimmed), the idle-close tick, the gateway's own I²C sensors
+// and the counters of all of it (Stats).
+// Package gateway is the ingest path between the MQTT broker and the
+// outbound queue. The broker (package broker) journals every publication
+// on a reading topic in the ingest journal (package journal) and
+// acknowledges it once the journal has it on disk; the journal's applier
+// then hands each durable batch to the Gateway, which decodes it (package
+// payload) into readings and folds them into the aggregator. Summaries and
+// dead letters go to an Output, each marked with the journal event that
+// made it, so that replaying the journal after a crash makes no output
+// twice.
+//
+// The Gateway also owns checkpoints (the aggregator's state, persistent
+// sessions and duplicate detection, written to the state file, after which
+// the journal is trimmed), the idle-close tick, the gateway's own I²C
+// sensors, and the counters of all of it (Stats).
 package gateway
 
 import (
@@ -22,66 +40,42 @@ import (
 	"time"
 	"unsafe"
 
-	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
-
 	"github.com/edgegate/edgegate/aggregate"
-	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/queue"
-	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/internal/lograte"
+	"github.com/edgegate/edgegate/gateway/journal"
 	"github.com/edgegate/edgegate/gateway/payload"
+	"github.com/edgegate/edgegate/gateway/sensors"
 )
 
-// Output receives what the gateway produces. Calls are made with the
-// aggregator's lock held and must not block: hand off or buffer.
-type Output interface {
-	// Summary and DeadLetter take an output with its mark: the journal
-	// event that produced it and its index among that event's outputs.
-	Summary(aggregate.Summary, bridge.Mark)
-	DeadLetter(bridge.DeadLetter, bridge.Mark)
-	// Full reports that the output is over its quota: QoS 1/2 readings are
-	// then refused so that devices keep them.
-	Full() bool
-	// Stored returns the mark of the last output already stored. When the
-	// journal is replayed after a crash, outputs up to it are not made
-	// again.
-	Stored() bridge.Mark
-	// Sync makes every output so far durable (before a checkpoint).
-	Sync() error
-}
-
-// Gateway is the broker plus the ingest path. Create it with New, start it
-// with Run.
+// Gateway is the ingest path with the broker in front of it. Create it
+// with New, start it with Run.
 type Gateway struct {
-	cfg     *configs.Config
-	log     *slog.Logger
-	now     func() time.Time
-	out     Output
-	server  *mqtt.Server
-	hook    *hook
-	addr    string // the plain TCP listener's address, if any
-	tlsAddr string
-	wsAddr  string
-	tls     *serverTLS // nil without a TLS listener
-	dec     *payload.Decoder
-	jlog    *queue.Log // the ingest journal, <data_dir>/ingest
-	j       *journal
-	state   *stateDB // checkpoint and closed windows, <data_dir>/state/state.db
+	opts   Options
+	log    *slog.Logger
+	now    func() time.Time
+	out    Output
+	broker *broker.Broker
+	dec    *payload.Decoder
+	jlog   *queue.Log // the ingest journal, <data_dir>/ingest
+	j      *journal.Journal
+	state  *journal.StateDB // checkpoint and closed windows, <data_dir>/state/state.db
 
 	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
 	agg      *aggregate.Aggregator
 	ing      ingestHandler
-	clock    time.Time   // the aggregator's clock: the time of the latest event applied
-	cur      bridge.Mark // the event being applied, and its outputs so far
-	suppress bridge.Mark // outputs up to this mark are already stored (replay)
-	applied  uint64      // journal sequence of the latest event applied
-	sessions map[string]session
-	awaitRel pidSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
-	subs     map[string]map[string]subscription // client → filter → subscription
-	dup      *dedupe
+	clock    time.Time // the aggregator's clock: the time of the latest event applied
+	cur      Mark      // the event being applied, and its outputs so far
+	suppress Mark      // outputs up to this mark are already stored (replay)
+	applied  uint64    // journal sequence of the latest event applied
+	sessions map[string]journal.Session
+	awaitRel journal.PIDSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
+	subs     map[string]map[string]journal.Subscription // client → filter → subscription
+	dup      *journal.Dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 
-	sensors []*sensorState // the gateway's own I2C sensors
+	sensors *sensors.Poller // the gateway's own I²C sensors; nil without any
 
 	recent     [20]RecentDeadLetter // the latest dead letters, a ring (under mu)
 	recentNext int
@@ -91,118 +85,86 @@ type Gateway struct {
 
 	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
 	publishes  atomic.Uint64             // publications on reading topics
-	refused    atomic.Uint64             // QoS 1/2 publications refused because the output was full
 	duplicates atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
 	badEvents  atomic.Uint64             // journal records that could not be decoded
 	suppressed atomic.Uint64             // outputs not made again during replay
 	replayed   atomic.Uint64             // journal events replayed at start
 	cpFailures atomic.Uint64             // checkpoints that could not be written
-	logLimiter rateLimiter
-
-	mqttRefused refusals      // clients and packets the broker turned away, by reason
-	connsOpen   atomic.Int64  // sockets open, CONNECT sent or not
-	throttled   atomic.Uint64 // publications held back by mqtt.publish_rate_per_client
+	logLimiter lograte.Limiter
 }
 
-// New opens the ingest journal in cfg.Gateway.DataDir, rebuilds the state
-// from the latest checkpoint and the journal after it, creates the broker
-// and binds its listener. now is the clock (time.Now in production).
-// Nothing runs until Run.
-func New(cfg *configs.Config, out Output, log *slog.Logger, now func() time.Time) (*Gateway, error) {
+// New opens the ingest journal in o.DataDir, rebuilds the state from the
+// latest checkpoint and the journal after it, creates the broker and binds
+// its listeners. now is the clock (time.Now in production). Nothing runs
+// until Run.
+func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gateway, error) {
 	if now == nil {
 		now = time.Now
 	}
-	dec, err := payload.NewDecoder(cfg.MQTT.Topics, cfg.MQTT.MaxPayload)
+	dec, err := payload.NewDecoder(o.Topics, o.MaxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: log, now: now, out: out, dec: dec, sessions: map[string]session{}, awaitRel: pidSets{},
-		subs: map[string]map[string]subscription{},
-		dup:  newDedupe(cfg.MQTT.ReceiveMaximum, 100_000)}
-	g.logLimiter.every = 10 * time.Second
+	g := &Gateway{opts: o, log: log, now: now, out: out, dec: dec, sessions: map[string]journal.Session{}, awaitRel: journal.PIDSets{},
+		subs: map[string]map[string]journal.Subscription{},
+		dup:  journal.NewDedupe(o.Broker.ReceiveMaximum, 100_000)}
+	g.logLimiter.Every = 10 * time.Second
 	g.ing.g = g
-	g.sensors = newSensorStates(cfg)
-	g.agg, err = aggregate.New(cfg.AggregateConfig(), func() time.Time { return g.clock }, g.emitSummary)
+	g.agg, err = aggregate.New(o.Aggregate, func() time.Time { return g.clock }, g.emitSummary)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
-	}
-	users, err := loadUsers(cfg)
-	if err != nil {
-		return nil, err
-	}
-	rules, err := newACL(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.MQTT.TLS.Listen != "" || cfg.MQTT.WebSocket.TLS {
-		if g.tls, err = newServerTLS(cfg.MQTT.TLS); err != nil {
-			return nil, err
-		}
 	}
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
-	g.j = newJournal(g.jlog, cfg.Storage.FsyncInterval.D(), now, g.apply)
-
-	caps := mqtt.NewDefaultServerCapabilities()
-	caps.MaximumClientWritesPending = int32(cfg.MQTT.ClientWriteQueue)
-	caps.MaximumPacketSize = uint32(cfg.MQTT.MaxPacket)
-	caps.ReceiveMaximum = uint16(cfg.MQTT.ReceiveMaximum)
-	caps.MaximumSessionExpiryInterval = uint32(cfg.MQTT.MaxSessionExpiry.D().Seconds())
-	caps.MaximumMessageExpiryInterval = 24 * 3600
-	caps.MaximumClients = int64(cfg.MQTT.MaxClients)
-	caps.TopicAliasMaximum = uint16(cfg.MQTT.TopicAliasMaximum)
-	g.server = mqtt.New(&mqtt.Options{
-		Capabilities:             caps,
-		ClientNetReadBufferSize:  cfg.MQTT.ClientReadBuffer,
-		ClientNetWriteBufferSize: cfg.MQTT.ClientWriteBuffer,
-		Logger:                   slog.New(newQuietHandler(log.Handler())).With("component", "mqtt"),
-		SysTopicResendInterval:   30,
-		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
-	})
-	h := &hook{g: g, auth: newAuthenticator(users, cfg.MQTT.AllowAnonymous), acl: rules,
-		conns: newConnLimiter(cfg.MQTT.ConnectRate, cfg.MQTT.ConnectBurst, cfg.MQTT.ConnectRateExempt)}
-	g.hook = h
-	if err := g.server.AddHook(h, nil); err != nil {
+	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: broker.WriteAcks})
+	if g.broker, err = broker.New(o.Broker, g.j, g, log, now); err != nil {
 		g.closeFiles()
-		return nil, fmt.Errorf("add mqtt hook: %w", err)
+		return nil, err
 	}
-	add := func(key string, l listeners.Listener) (string, error) {
-		if err := g.server.AddListener(&guarded{Listener: l, g: g, h: h}); err != nil {
+	if len(o.Sensors) > 0 {
+		g.sensors, err = sensors.New(sensors.Options{Sensors: o.Sensors, OpenBus: o.OpenBus, Topic: o.SensorTopic,
+			Publish: g.publishLocal, Now: now, Log: log})
+		if err != nil {
+			g.broker.Close()
 			g.closeFiles()
-			return "", fmt.Errorf("%s %s: %w", key, l.Address(), err)
-		}
-		return l.Address(), nil
-	}
-	if cfg.MQTT.Listen != "" {
-		if g.addr, err = add("mqtt.listen", listeners.NewTCP(listeners.Config{ID: "tcp", Address: cfg.MQTT.Listen})); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.MQTT.TLS.Listen != "" {
-		l := listeners.NewTCP(listeners.Config{ID: "tls", Address: cfg.MQTT.TLS.Listen, TLSConfig: g.tls.Config()})
-		if g.tlsAddr, err = add("mqtt.tls.listen", l); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.MQTT.WebSocket.Listen != "" {
-		lc := listeners.Config{ID: "ws", Address: cfg.MQTT.WebSocket.Listen}
-		if cfg.MQTT.WebSocket.TLS {
-			lc.TLSConfig = g.tls.Config()
-		}
-		if g.wsAddr, err = add("mqtt.websocket.listen", listeners.NewWebsocket(lc)); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("sensors: %w", err)
 		}
 	}
 	return g, nil
 }
+
+// ReadingTopic reports whether topic matches a reading pattern (and is
+// journaled). It is the broker's question (broker.Ingest).
+func (g *Gateway) ReadingTopic(topic string) bool {
+	for _, p := range g.dec.Patterns() {
+		if _, _, ok := p.Match(topic); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// publishLocal journals a reading of the gateway's own sensors as a QoS 0
+// publication of client, and publishes it on the broker for local
+// subscribers.
+func (g *Gateway) publishLocal(client, topic string, payload []byte) error {
+	if err := g.j.Local(client, topic, payload); err != nil {
+		return err // the journal failed; Run reports it
+	}
+	g.broker.Publish(topic, payload) // the hook does not take inline publications
+	return nil
+}
+
+// Full reports that the output is over its quota (broker.Ingest).
+func (g *Gateway) Full() bool { return g.out.Full() }
 
 // recover opens the journal and the state file, loads the checkpoint and
 // replays the journal after it. Outputs that the Output already stored are
 // not made again, so the queue ends up as if there had been no crash.
 func (g *Gateway) recover() error {
 	start := time.Now()
-	dir := g.cfg.Gateway.DataDir
+	dir := g.opts.DataDir
 	var err error
 	// The state file first: its lock keeps a second gateway from
 	// recovering (truncating) a journal that another one is writing.
@@ -210,7 +172,7 @@ func (g *Gateway) recover() error {
 	if err := os.MkdirAll(stateDir, 0o750); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
-	if g.state, err = openStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {
+	if g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
@@ -222,17 +184,17 @@ func (g *Gateway) recover() error {
 		g.closeFiles()
 		return err
 	}
-	var cp *checkpoint
-	blob, err := g.state.checkpoint()
+	var cp *journal.Checkpoint
+	blob, err := g.state.Checkpoint()
 	if err != nil {
 		return fail(fmt.Errorf("read checkpoint: %w", err))
 	}
 	if blob != nil {
-		if cp, err = decodeCheckpoint(blob); err != nil {
+		if cp, err = journal.DecodeCheckpoint(blob); err != nil {
 			// The windows stored with it no longer match any state: start
 			// again from what the journal holds.
 			g.log.Error("checkpoint damaged; replaying the journal from its first record without the stored windows", "err", err)
-			if err := g.state.clearWindows(); err != nil {
+			if err := g.state.ClearWindows(); err != nil {
 				return fail(fmt.Errorf("clear stored windows: %w", err))
 			}
 		}
@@ -241,28 +203,28 @@ func (g *Gateway) recover() error {
 	from := uint64(1)
 	g.suppress = g.out.Stored()
 	if cp != nil {
-		if js.Next <= cp.seq {
+		if js.Next <= cp.Seq {
 			// The journal is behind the checkpoint: it was removed or
 			// replaced. Its sequence numbers start again, so marks of
 			// stored outputs say nothing about the new events.
 			g.log.Error("ingest journal is older than the checkpoint (was it deleted?); starting from the checkpoint's state",
-				"checkpoint", cp.seq, "journal_next", js.Next)
-			cp.seq = js.Next - 1
-			g.suppress = bridge.Mark{}
+				"checkpoint", cp.Seq, "journal_next", js.Next)
+			cp.Seq = js.Next - 1
+			g.suppress = Mark{}
 		}
-		if err := g.agg.Restore(cp.agg); err != nil {
+		if err := g.agg.Restore(cp.Agg); err != nil {
 			// Typically aggregate.window was changed: windows of the old
 			// size cannot continue.
 			g.log.Error("aggregator state in the checkpoint does not fit the configuration; its open and stored windows are discarded",
 				"err", err)
-			if err := g.state.clearWindows(); err != nil {
+			if err := g.state.ClearWindows(); err != nil {
 				return fail(fmt.Errorf("clear stored windows: %w", err))
 			}
 		}
-		g.clock = time.Unix(0, cp.clock)
-		g.sessions, g.dup.rings, g.awaitRel, g.subs = cp.sessions, cp.rings, cp.awaitRel, cp.subs
-		g.applied, g.lastCP = cp.seq, cp.seq
-		from = cp.seq + 1
+		g.clock = time.Unix(0, cp.Clock)
+		g.sessions, g.dup.Rings, g.awaitRel, g.subs = cp.Sessions, cp.Rings, cp.AwaitRel, cp.Subs
+		g.applied, g.lastCP = cp.Seq, cp.Seq
+		from = cp.Seq + 1
 	}
 	g.agg.SetStore(g.state)
 	if js.First > from {
@@ -323,54 +285,54 @@ func (g *Gateway) apply(first uint64, recs [][]byte) {
 // the aggregator keeps are copied.
 func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 	g.applied = seq
-	g.cur = bridge.Mark{Seq: seq}
-	e, err := decodeEvent(rec)
+	g.cur = Mark{Seq: seq}
+	e, err := journal.DecodeEvent(rec)
 	if err != nil {
 		g.badEvents.Add(1)
 		g.log.Error("ingest journal record undecodable; skipped", "seq", seq, "err", err)
 		return
 	}
-	if t := time.Unix(0, e.at); t.After(g.clock) {
+	if t := time.Unix(0, e.At); t.After(g.clock) {
 		g.clock = t
 	}
-	switch e.kind {
-	case evPublish:
-		if e.flags&flagQoSMask > 0 {
-			h := contentHash(e.topic, e.payload)
-			if e.flags&flagDup != 0 && g.dup.seen(e.client, e.pid, h) {
+	switch e.Kind {
+	case journal.KindPublish:
+		if e.Flags&journal.FlagQoSMask > 0 {
+			h := journal.ContentHash(e.Topic, e.Payload)
+			if e.Flags&journal.FlagDup != 0 && g.dup.Seen(e.Client, e.PID, h) {
 				g.duplicates.Add(1)
 				return
 			}
-			g.dup.add(e.client, e.pid, h, seq)
+			g.dup.Add(e.Client, e.PID, h, seq)
 		}
-		if e.flags&flagQoSMask == 2 {
-			g.awaitRel.add(string(e.client), e.pid)
+		if e.Flags&journal.FlagQoSMask == 2 {
+			g.awaitRel.Add(string(e.Client), e.PID)
 		}
-		g.ingestLocked(unsafe.String(unsafe.SliceData(e.topic), len(e.topic)),
-			unsafe.String(unsafe.SliceData(e.client), len(e.client)), e.payload, g.clock)
-	case evTick:
+		g.ingestLocked(unsafe.String(unsafe.SliceData(e.Topic), len(e.Topic)),
+			unsafe.String(unsafe.SliceData(e.Client), len(e.Client)), e.Payload, g.clock)
+	case journal.KindTick:
 		g.agg.Tick()
-	case evFlush:
+	case journal.KindFlush:
 		g.agg.Flush()
-	case evSessionStart: // a clean start journals an end first
-		g.sessions[string(e.client)] = e.sess
-	case evSessionEnd:
-		g.dup.drop(e.client)
-		delete(g.sessions, string(e.client))
-		delete(g.awaitRel, string(e.client))
-		delete(g.subs, string(e.client))
-	case evPubrel:
-		g.awaitRel.remove(string(e.client), e.pid)
-	case evSubscribe:
-		c := string(e.client)
+	case journal.KindSessionStart: // a clean start journals an end first
+		g.sessions[string(e.Client)] = e.Session
+	case journal.KindSessionEnd:
+		g.dup.Drop(e.Client)
+		delete(g.sessions, string(e.Client))
+		delete(g.awaitRel, string(e.Client))
+		delete(g.subs, string(e.Client))
+	case journal.KindPubrel:
+		g.awaitRel.Remove(string(e.Client), e.PID)
+	case journal.KindSubscribe:
+		c := string(e.Client)
 		if g.subs[c] == nil {
-			g.subs[c] = map[string]subscription{}
+			g.subs[c] = map[string]journal.Subscription{}
 		}
-		g.subs[c][string(e.topic)] = e.sub
-	case evUnsubscribe:
-		delete(g.subs[string(e.client)], string(e.topic))
-		if len(g.subs[string(e.client)]) == 0 {
-			delete(g.subs, string(e.client))
+		g.subs[c][string(e.Topic)] = e.Sub
+	case journal.KindUnsubscribe:
+		delete(g.subs[string(e.Client)], string(e.Topic))
+		if len(g.subs[string(e.Client)]) == 0 {
+			delete(g.subs, string(e.Client))
 		}
 	}
 }
@@ -383,7 +345,7 @@ func (g *Gateway) emitSummary(s aggregate.Summary) {
 	}
 }
 
-func (g *Gateway) emitDeadLetter(d bridge.DeadLetter) {
+func (g *Gateway) emitDeadLetter(d DeadLetter) {
 	g.recent[g.recentNext%len(g.recent)] = RecentDeadLetter{At: d.ReceivedAt.UTC(), Reason: d.Reason, Device: d.Device, Topic: d.Topic, Detail: d.Detail}
 	g.recentNext++
 	if m, ok := g.nextMark(); ok {
@@ -391,17 +353,11 @@ func (g *Gateway) emitDeadLetter(d bridge.DeadLetter) {
 	}
 }
 
-// RecentDeadLetter is one of the latest dead letters, for the status page.
-type RecentDeadLetter struct {
-	At                            time.Time
-	Reason, Device, Topic, Detail string
-}
-
 // maxDeviceStats caps the devices listed in Stats (the status page's
 // table); the rest are counted in Devices.
 const maxDeviceStats = 1000
 
-func (g *Gateway) nextMark() (bridge.Mark, bool) {
+func (g *Gateway) nextMark() (Mark, bool) {
 	g.cur.N++
 	if !g.cur.After(g.suppress) {
 		g.suppressed.Add(1)
@@ -410,44 +366,18 @@ func (g *Gateway) nextMark() (bridge.Mark, bool) {
 	return g.cur, true
 }
 
-// Addr returns the address the MQTT listener is bound to.
-func (g *Gateway) Addr() string { return g.addr }
+// Addr returns the address the plain MQTT listener is bound to, if any.
+func (g *Gateway) Addr() string { return g.broker.Addr() }
 
 // TLSAddr returns the address of the MQTT over TLS listener, if any.
-func (g *Gateway) TLSAddr() string { return g.tlsAddr }
+func (g *Gateway) TLSAddr() string { return g.broker.TLSAddr() }
 
 // WebSocketAddr returns the address of the WebSocket listener, if any.
-func (g *Gateway) WebSocketAddr() string { return g.wsAddr }
-
-// loadUsers reads mqtt.users_file, if set.
-func loadUsers(cfg *configs.Config) (Users, error) {
-	if cfg.MQTT.UsersFile == "" {
-		return Users{}, nil
-	}
-	users, err := LoadUsers(cfg.MQTT.UsersFile)
-	if err != nil {
-		return nil, fmt.Errorf("mqtt.users_file: %w", err)
-	}
-	return users, nil
-}
+func (g *Gateway) WebSocketAddr() string { return g.broker.WebSocketAddr() }
 
 // Reload reads the users file and the TLS certificate, key and client CA
-// files again (on SIGHUP). Connected clients keep their sessions; new
-// connections use what was read. On error nothing changes.
-func (g *Gateway) Reload() error {
-	users, err := loadUsers(g.cfg)
-	if err != nil {
-		return fmt.Errorf("reload: %w", err)
-	}
-	if g.tls != nil {
-		if err := g.tls.Reload(); err != nil {
-			return fmt.Errorf("reload: %w", err)
-		}
-	}
-	g.hook.auth.setUsers(users)
-	g.log.Info("reloaded users and certificates", "users", len(users), "tls", g.tls != nil)
-	return nil
-}
+// files again (on SIGHUP); see broker.Broker.Reload.
+func (g *Gateway) Reload() error { return g.broker.Reload() }
 
 // Run serves MQTT until ctx is cancelled. It owns the journal's goroutines,
 // the idle-close tick and checkpoints. Shutdown follows the data: stop
@@ -461,27 +391,28 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer jcancel()
 	jdone := make(chan error, 1)
 	go func() { jdone <- g.j.Run(jctx) }()
-	if err := g.server.Serve(); err != nil {
+	// mochi reads the restored sessions as it starts; nothing is applied
+	// meanwhile.
+	g.mu.Lock()
+	err := g.broker.Serve(broker.Restored{Sessions: g.sessions, Subscriptions: g.subs, AwaitingRelease: g.awaitRel})
+	g.mu.Unlock()
+	if err != nil {
 		jcancel()
 		<-jdone
 		g.closeFiles()
-		return fmt.Errorf("start mqtt broker: %w", err)
+		return err
 	}
-	g.log.Info("mqtt broker listening", "addr", g.addr, "tls", g.tlsAddr, "websocket", g.wsAddr,
-		"anonymous", g.cfg.MQTT.AllowAnonymous, "topics", g.cfg.MQTT.Topics)
+	g.log.Info("mqtt broker listening", "addr", g.Addr(), "tls", g.TLSAddr(), "websocket", g.WebSocketAddr(),
+		"anonymous", g.opts.Broker.AllowAnonymous, "topics", g.opts.Topics)
 	sctx, scancel := context.WithCancel(ctx)
-	var sensors sync.WaitGroup
-	for _, st := range g.sensors {
-		sensors.Add(1)
-		go func() {
-			defer sensors.Done()
-			g.runSensor(sctx, st)
-		}()
+	var sensorsDone sync.WaitGroup
+	if g.sensors != nil {
+		sensorsDone.Go(func() { g.sensors.Run(sctx) })
 	}
-	defer func() { scancel(); sensors.Wait() }()
+	defer func() { scancel(); sensorsDone.Wait() }()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	every := g.cfg.Storage.CheckpointInterval.D()
+	every := g.opts.CheckpointInterval
 	cpTicker := time.NewTicker(every)
 	defer cpTicker.Stop()
 	for {
@@ -493,14 +424,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 			due := g.agg.TickDue(g.now())
 			g.mu.Unlock()
 			if due {
-				g.j.clock(evTick) // an error here is the journal's failure, reported below
+				g.j.Clock(journal.KindTick) // an error here is the journal's failure, reported below
 			}
 		case <-cpTicker.C:
 			if !g.checkpointDue() {
 				continue
 			}
 			if err := g.checkpoint(); err != nil {
-				g.server.Close()
+				g.broker.Close()
 				jcancel()
 				<-jdone
 				g.closeFiles()
@@ -508,15 +439,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 		case err := <-jdone:
 			g.log.Error("ingest journal failed; stopping (nothing more is acknowledged)", "err", err)
-			g.server.Close()
+			g.broker.Close()
 			g.closeFiles()
 			return err
 		case <-ctx.Done():
 			scancel()
-			sensors.Wait()
-			g.server.Close()
-			if b, err := g.j.clock(evFlush); err == nil {
-				b.wait()
+			sensorsDone.Wait()
+			g.broker.Close()
+			if b, err := g.j.Clock(journal.KindFlush); err == nil {
+				b.Wait()
 			}
 			jcancel()
 			if err := <-jdone; err != nil {
@@ -544,7 +475,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 const maxReplayBytes = 64 << 20
 
 func (g *Gateway) checkpointDue() bool {
-	since := g.j.written.Load() - g.cpWritten.Load()
+	since := g.j.Written() - g.cpWritten.Load()
 	return since >= g.cpSize.Load() || since >= maxReplayBytes
 }
 
@@ -560,22 +491,22 @@ func (g *Gateway) checkpoint() error {
 	if g.applied == g.lastCP {
 		return nil
 	}
-	written := g.j.written.Load() // at least what was applied
+	written := g.j.Written() // at least what was applied
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := checkpoint{seq: g.applied, clock: g.clock.UnixNano(), snapshot: g.agg.AppendSnapshot, sessions: g.sessions, rings: g.dup.rings, awaitRel: g.awaitRel, subs: g.subs}
-	data := c.encode()
-	windows, deleted, err := g.state.commit(data, g.agg)
+	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs}
+	data := c.Encode()
+	windows, deleted, err := g.state.Commit(data, g.agg)
 	if err != nil {
 		g.cpFailures.Add(1)
-		return fmt.Errorf("write checkpoint to %s: %w", g.state.path, err)
+		return fmt.Errorf("write checkpoint to %s: %w", g.state.Path, err)
 	}
-	g.lastCP = c.seq
+	g.lastCP = c.Seq
 	g.cpWritten.Store(written)
 	g.cpSize.Store(int64(len(data) + 100*windows))
-	g.log.Debug("checkpoint written", "seq", c.seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
-	if err := g.jlog.DropBefore(c.seq + 1); err != nil {
+	g.log.Debug("checkpoint written", "seq", c.Seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
+	if err := g.jlog.DropBefore(c.Seq + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
 	}
 	return nil
@@ -603,7 +534,7 @@ type Stats struct {
 	BytesIn     int64  // MQTT bytes received
 	BytesOut    int64  // MQTT bytes sent
 	Journal     JournalStats
-	Sensors     []SensorStatus `json:",omitempty"`
+	Sensors     []sensors.Status `json:",omitempty"`
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -621,7 +552,7 @@ type JournalStats struct {
 	Truncated          int64  // bytes cut from a torn journal tail at start
 	Lost               uint64 // records in damaged journal segments
 	BadRecords         uint64 // undecodable records skipped
-	FsyncLatency       Histogram
+	FsyncLatency       journal.Histogram
 }
 
 // Stats returns a snapshot of the counters.
@@ -649,15 +580,17 @@ func (g *Gateway) Stats() Stats {
 	s.Journal.CheckpointFailures, s.Journal.Replayed = g.cpFailures.Load(), g.replayed.Load()
 	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
 	s.Duplicates = g.duplicates.Load()
-	s.Sensors = g.sensorStatus()
-	s.BytesIn, s.BytesOut = atomic.LoadInt64(&g.server.Info.BytesReceived), atomic.LoadInt64(&g.server.Info.BytesSent)
-	s.Journal.FsyncLatency = g.j.fsync.snapshot()
-	s.Clients = atomic.LoadInt64(&g.server.Info.ClientsConnected)
+	if g.sensors != nil {
+		s.Sensors = g.sensors.Status()
+	}
+	bs := g.broker.Stats()
+	s.BytesIn, s.BytesOut = bs.BytesIn, bs.BytesOut
+	s.Journal.FsyncLatency = g.j.FsyncLatency()
+	s.Clients = bs.Clients
 	s.Publishes = g.publishes.Load()
-	s.Refused = g.refused.Load()
-	s.MQTTRefused = g.mqttRefused.snapshot()
-	s.Throttled = g.throttled.Load()
-	s.Sockets = g.connsOpen.Load()
+	s.Refused = bs.QuotaRefused
+	s.MQTTRefused = bs.Refused
+	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.Outcomes = map[string]uint64{}
 	for o := aggregate.Aggregated; o <= aggregate.Invalid; o++ {
 		s.Outcomes[o.String()] = c.Of(o)
@@ -669,34 +602,4 @@ func (g *Gateway) Stats() Stats {
 		}
 	}
 	return s
-}
-
-// rateLimiter lets one log line per key through per interval and counts
-// the ones it held back, so a flood of bad payloads cannot flood the log.
-type rateLimiter struct {
-	mu    sync.Mutex
-	every time.Duration
-	last  map[string]time.Time
-	held  map[string]int
-}
-
-// allow reports whether to log now, and how many were suppressed since the
-// last line for key.
-func (r *rateLimiter) allow(key string, now time.Time) (bool, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last, r.held = map[string]time.Time{}, map[string]int{}
-	}
-	if t, ok := r.last[key]; ok && now.Sub(t) < r.every {
-		r.held[key]++
-		return false, 0
-	}
-	if len(r.last) > 1000 { // keys are reasons; bound it anyway
-		clear(r.last)
-	}
-	n := r.held[key]
-	r.last[key] = now
-	delete(r.held, key)
-	return true, n
 }

@@ -30,6 +30,8 @@ import (
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/sensors"
 )
 
 func TestMain(m *testing.M) {
@@ -84,7 +86,7 @@ func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack 
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(cfg, fwd, log, now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), forwarderOutput{fwd}, log, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +412,7 @@ func TestLoadUsersErrors(t *testing.T) {
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_"))
 		os.WriteFile(p, []byte(tc.content), 0o600)
-		if _, err := gateway.LoadUsers(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := broker.LoadUsers(p); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
 		}
 	}
@@ -482,11 +484,11 @@ type switchOutput struct {
 	summaries, letters atomic.Int64
 }
 
-func (o *switchOutput) Summary(aggregate.Summary, bridge.Mark)    { o.summaries.Add(1) }
-func (o *switchOutput) DeadLetter(bridge.DeadLetter, bridge.Mark) { o.letters.Add(1) }
-func (o *switchOutput) Full() bool                                { return o.full.Load() }
-func (o *switchOutput) Stored() bridge.Mark                       { return bridge.Mark{} }
-func (o *switchOutput) Sync() error                               { return nil }
+func (o *switchOutput) Summary(aggregate.Summary, gateway.Mark)     { o.summaries.Add(1) }
+func (o *switchOutput) DeadLetter(gateway.DeadLetter, gateway.Mark) { o.letters.Add(1) }
+func (o *switchOutput) Full() bool                                  { return o.full.Load() }
+func (o *switchOutput) Stored() gateway.Mark                        { return gateway.Mark{} }
+func (o *switchOutput) Sync() error                                 { return nil }
 
 // TestBackpressure: while the output is full, QoS 1 readings from an MQTT 5
 // device get PUBACK 0x97 (quota exceeded) and are neither aggregated nor
@@ -495,7 +497,7 @@ func (o *switchOutput) Sync() error                               { return nil }
 func TestBackpressure(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
 	out := &switchOutput{}
-	gw, err := gateway.New(cfg, out, quietLog(), time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), out, quietLog(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -566,7 +568,7 @@ func ptr[T any](v T) *T { return &v }
 // test calls it again on the same data directory to restart.
 func runGateway(t testing.TB, cfg *configs.Config) (*gateway.Gateway, func()) {
 	t.Helper()
-	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), &switchOutput{}, quietLog(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -701,7 +703,7 @@ func TestRedeliveryAcrossRestart(t *testing.T) {
 // (an SD card is not written every second for nothing).
 func TestIdleGatewayWritesNothing(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), &switchOutput{}, quietLog(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -723,7 +725,7 @@ func TestIdleGatewayWritesNothing(t *testing.T) {
 // with a clear error instead of corrupting the first one's state.
 func TestDataDirInUse(t *testing.T) {
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	gw, err := gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), &switchOutput{}, quietLog(), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -731,7 +733,7 @@ func TestDataDirInUse(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- gw.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	_, err = gateway.New(cfg, &switchOutput{}, quietLog(), time.Now)
+	_, err = gateway.New(cfg.GatewayOptions(i2creg.Open), &switchOutput{}, quietLog(), time.Now)
 	if err == nil || !strings.Contains(err.Error(), "another edgegate") {
 		t.Errorf("second gateway on the same data_dir: %v", err)
 	}
@@ -846,7 +848,7 @@ func TestSensorsEndToEnd(t *testing.T) {
 	if nBME < 5 || nSHT < 5 || nBH < 5 {
 		t.Fatalf("measurements: bme280 %d, sht3x %d, bh1750 %d; want about 10 each", nBME, nSHT, nBH)
 	}
-	var missing gateway.SensorStatus
+	var missing sensors.Status
 	for _, s := range status {
 		if s.Device == "missing" {
 			missing = s

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/aggregate"
-	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/gateway/payload"
 )
 
@@ -38,7 +37,7 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 	if o.Accepted() {
 		return
 	}
-	h.g.emitDeadLetter(bridge.DeadLetter{
+	h.g.emitDeadLetter(DeadLetter{
 		Reason: o.String(), Detail: outcomeDetail(o), Source: "mqtt", Topic: h.topic, Client: h.client,
 		Device: r.Device, ReceivedAt: h.now, HasReading: true, Reading: r,
 	})
@@ -81,17 +80,6 @@ func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time)
 	}
 }
 
-// readingTopic reports whether topic matches a reading pattern (and is
-// journaled).
-func (g *Gateway) readingTopic(topic string) bool {
-	for _, p := range g.dec.Patterns() {
-		if _, _, ok := p.Match(topic); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // reject counts a decoder refusal, dead-letters it with the payload, and
 // logs it at a rate limit.
 func (g *Gateway) reject(e *payload.Error, topic, client string, body []byte, now time.Time) {
@@ -109,7 +97,7 @@ func (g *Gateway) reject(e *payload.Error, topic, client string, body []byte, no
 	if e.Item != "" {
 		detail = e.Item + ": " + detail
 	}
-	g.emitDeadLetter(bridge.DeadLetter{
+	g.emitDeadLetter(DeadLetter{
 		Reason: string(e.Reason), Detail: detail, Source: "mqtt", Topic: topic, Client: client,
 		Device: device, ReceivedAt: now, Payload: append([]byte{}, body...),
 	})
@@ -117,7 +105,7 @@ func (g *Gateway) reject(e *payload.Error, topic, client string, body []byte, no
 }
 
 func (g *Gateway) logRejected(reason, topic, client, detail string, now time.Time) {
-	if ok, held := g.logLimiter.allow(reason, now); ok {
+	if ok, held := g.logLimiter.Allow(reason, now); ok {
 		g.log.Warn("reading refused; sent to dead letters", "reason", reason, "topic", topic, "client", client,
 			"detail", detail, "suppressed_since_last", held)
 	}

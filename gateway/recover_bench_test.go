@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"context"
@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/journal"
 )
 
 // BenchmarkRecover measures restart to ready after a crash with a full
@@ -70,7 +70,7 @@ func BenchmarkRecover(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := New(&cfg, fwd, log, time.Now)
+	g, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,32 +81,31 @@ func BenchmarkRecover(b *testing.B) {
 		for i := range n {
 			t = t.Add(time.Second / (devices * metrics / 10))
 			topic := fmt.Sprintf("sensors/dev-%d/m%d", i%devices, (i/devices)%metrics)
-			rec = appendPublish(rec[:0], t.UnixNano(), 1, uint16(i), "c", topic, strconv.AppendInt(nil, int64(i%100), 10))
+			rec = journal.AppendPublish(rec[:0], t.UnixNano(), 1, uint16(i), "c", topic, strconv.AppendInt(nil, int64(i%100), 10))
 			seq++
-			if _, err := g.jlog.Append(rec); err != nil {
+			if _, err := g.JournalLog().Append(rec); err != nil {
 				b.Fatal(err)
 			}
-			g.apply(seq, [][]byte{rec})
+			g.ApplyBatch(seq, [][]byte{rec})
 		}
 	}
 	for storedWindows(b, g) < retainWanted {
 		apply(devices * metrics * 60) // a minute of event time
-		if err := g.checkpoint(); err != nil {
+		if err := g.WriteCheckpoint(); err != nil {
 			b.Fatal(err)
 		}
 	}
 	apply(devices * metrics)
 	cpStart := time.Now()
-	if err := g.checkpoint(); err != nil { // holds the aggregator throughout
+	if err := g.WriteCheckpoint(); err != nil { // holds the aggregator throughout
 		b.Fatal(err)
 	}
 	cpTook := time.Since(cpStart)
 	apply(afterCP)
-	if err := g.jlog.Sync(); err != nil {
+	if err := g.JournalLog().Sync(); err != nil {
 		b.Fatal(err)
 	}
-	g.closeFiles()
-	g.server.Close()
+	g.CloseFiles()
 	fwd.Run(ctx) // the crash: nothing else is closed or flushed
 
 	b.ResetTimer()
@@ -115,19 +114,18 @@ func BenchmarkRecover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g, err := New(&cfg, fwd, log, time.Now)
+		g, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		if got := g.replayed.Load(); got != afterCP {
+		if got := g.Replayed(); got != afterCP {
 			b.Fatalf("replayed %d events, want %d", got, afterCP)
 		}
 		if n := storedWindows(b, g); n < retainWanted {
 			b.Fatalf("%d windows stored after recovery, want at least %d", n, retainWanted)
 		}
-		g.closeFiles()
-		g.server.Close()
+		g.CloseFiles()
 		fwd.Run(ctx)
 		b.StartTimer()
 	}
@@ -136,12 +134,8 @@ func BenchmarkRecover(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/restart")
 }
 
-func storedWindows(b *testing.B, g *Gateway) int {
-	var n int
-	err := g.state.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bucketWindows).Stats().KeyN
-		return nil
-	})
+func storedWindows(b *testing.B, g *gateway.Gateway) int {
+	n, err := g.State().Windows()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway"
 	"go.uber.org/goleak"
 )
 
@@ -59,7 +60,7 @@ func TestRunBadConfigIsOneLine(t *testing.T) {
 // at once with a one-line reason, before touching the directory's files.
 func TestDataDirInUse(t *testing.T) {
 	dir := t.TempDir()
-	lock, err := lockDataDir(dir)
+	lock, err := gateway.LockDataDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

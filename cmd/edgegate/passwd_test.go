@@ -8,9 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/edgegate/edgegate/gateway/broker"
 	"golang.org/x/crypto/bcrypt"
-
-	"github.com/edgegate/edgegate/gateway"
 )
 
 func TestPasswd(t *testing.T) {
@@ -21,7 +20,7 @@ func TestPasswd(t *testing.T) {
 	}
 	check := func(user, pw string, want bool) {
 		t.Helper()
-		users, err := gateway.LoadUsers(path)
+		users, err := broker.LoadUsers(path)
 		if err != nil {
 			t.Fatal(err)
 		}

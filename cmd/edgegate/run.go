@@ -16,13 +16,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
+	"periph.io/x/conn/v3/i2c/i2creg"
 )
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
@@ -116,30 +116,8 @@ type pipeline struct {
 	gw      *gateway.Gateway
 	fwd     *bridge.Forwarder
 	http    net.Listener
-	lock    *os.File // held while the pipeline runs: one gateway per data_dir
+	lock    io.Closer // held while the pipeline runs: one gateway per data_dir
 	started time.Time
-}
-
-// lockDataDir takes an exclusive lock on <dir>/lock, so that a second
-// gateway started on the same directory stops before it recovers (and
-// truncates) files the first is writing.
-func lockDataDir(dir string) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("gateway.data_dir: %w", err)
-	}
-	path := filepath.Join(dir, "lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("gateway.data_dir: %w", err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		return nil, fmt.Errorf("gateway.data_dir %s is in use by another edgegate (pid %s); stop it or use another directory", dir, strings.TrimSpace(string(b)))
-	}
-	f.Truncate(0)
-	fmt.Fprintf(f, "%d\n", os.Getpid())
-	return f, nil
 }
 
 // statusPage is served at /: one self-contained page that refreshes itself.
@@ -168,7 +146,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 	if cfg.Storage.FullPolicy == "drop_oldest" {
 		policy = bridge.DropOldest
 	}
-	lock, err := lockDataDir(cfg.Gateway.DataDir)
+	lock, err := gateway.LockDataDir(cfg.Gateway.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +164,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	prepareSensors(cfg, log)
-	gw, err := gateway.New(cfg, fwd, log, now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output{fwd}, log, now)
 	if err != nil {
 		lock.Close()
 		return nil, err

@@ -71,7 +71,7 @@ func runScenario(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(&cfg, fwd, log, time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

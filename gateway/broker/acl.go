@@ -1,10 +1,8 @@
-package gateway
+package broker
 
 import (
 	"fmt"
 	"strings"
-
-	"github.com/edgegate/edgegate/configs"
 )
 
 // Placeholder levels in ACL filters, replaced by the client's identity or
@@ -14,7 +12,7 @@ const (
 	levelClientID = "{clientid}"
 )
 
-// aclRole is a compiled configs.Role.
+// aclRole is a compiled Role.
 type aclRole struct {
 	name     string
 	pub, sub [][]string // filters split into levels
@@ -27,9 +25,9 @@ type acl struct {
 	anonymous *aclRole
 }
 
-func newACL(c *configs.Config) (*acl, error) {
+func newACL(roles map[string]Role, users map[string]string, anonymous string) (*acl, error) {
 	a := &acl{roles: map[string]*aclRole{}, users: map[string]*aclRole{}}
-	for name, r := range c.Roles() {
+	for name, r := range roles {
 		ar := &aclRole{name: name}
 		for _, f := range r.Publish {
 			ar.pub = append(ar.pub, strings.Split(f, "/"))
@@ -39,7 +37,7 @@ func newACL(c *configs.Config) (*acl, error) {
 		}
 		a.roles[name] = ar
 	}
-	for user, role := range c.MQTT.ACL.Users {
+	for user, role := range users {
 		r, ok := a.roles[role]
 		if !ok {
 			return nil, fmt.Errorf("mqtt.acl.users.%s: no role %q", user, role)
@@ -47,8 +45,8 @@ func newACL(c *configs.Config) (*acl, error) {
 		a.users[user] = r
 	}
 	var ok bool
-	if a.anonymous, ok = a.roles[c.MQTT.ACL.AnonymousRole]; !ok {
-		return nil, fmt.Errorf("mqtt.acl.anonymous_role: no role %q", c.MQTT.ACL.AnonymousRole)
+	if a.anonymous, ok = a.roles[anonymous]; !ok {
+		return nil, fmt.Errorf("mqtt.acl.anonymous_role: no role %q", anonymous)
 	}
 	if a.roles["device"] == nil {
 		return nil, fmt.Errorf("mqtt.acl.roles: the device role is needed")

@@ -1,4 +1,4 @@
-package gateway
+package journal
 
 import (
 	"encoding/binary"
@@ -15,15 +15,15 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 )
 
-// stateDB is the gateway's state on disk, <data_dir>/state/state.db (a
+// StateDB is the gateway's state on disk, <data_dir>/state/state.db (a
 // bbolt B+tree file): the latest checkpoint and the closed windows kept
 // for late revisions. Both change in one transaction per checkpoint, so
 // they always describe the same moment of the journal. Between
 // checkpoints nothing is written; the aggregator reads windows it does not
 // hold in RAM (Load).
-type stateDB struct {
+type StateDB struct {
 	db   *bolt.DB
-	path string
+	Path string
 }
 
 var (
@@ -32,10 +32,10 @@ var (
 	keyCheckpoint = []byte("checkpoint")
 )
 
-// openStateDB opens (or creates) the state file. A file bbolt cannot open
+// OpenStateDB opens (or creates) the state file. A file bbolt cannot open
 // as a database is set aside (renamed *.damaged) and a new one started:
 // the gateway never refuses to start because of its own files.
-func openStateDB(path string, log *slog.Logger) (*stateDB, error) {
+func OpenStateDB(path string, log *slog.Logger) (*StateDB, error) {
 	opts := &bolt.Options{Timeout: 2 * time.Second, FreelistType: bolt.FreelistMapType, NoFreelistSync: true}
 	db, err := bolt.Open(path, 0o640, opts)
 	if err != nil && !errors.Is(err, berrors.ErrTimeout) && !errors.Is(err, os.ErrPermission) {
@@ -63,13 +63,24 @@ func openStateDB(path string, log *slog.Logger) (*stateDB, error) {
 		db.Close()
 		return nil, fmt.Errorf("init state %s: %w", path, err)
 	}
-	return &stateDB{db: db, path: path}, nil
+	return &StateDB{db: db, Path: path}, nil
 }
 
-func (s *stateDB) Close() error { return s.db.Close() }
+// Close closes the state file.
+func (s *StateDB) Close() error { return s.db.Close() }
 
-// checkpoint returns the stored checkpoint, nil if there is none.
-func (s *stateDB) checkpoint() ([]byte, error) {
+// Windows returns the number of closed windows stored.
+func (s *StateDB) Windows() (int, error) {
+	var n int
+	err := s.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketWindows).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
+
+// Checkpoint returns the stored checkpoint, nil if there is none.
+func (s *StateDB) Checkpoint() ([]byte, error) {
 	var b []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketMeta).Get(keyCheckpoint); v != nil {
@@ -80,9 +91,9 @@ func (s *stateDB) checkpoint() ([]byte, error) {
 	return b, err
 }
 
-// clearWindows deletes every stored window (they no longer match the
+// ClearWindows deletes every stored window (they no longer match the
 // checkpoint being used).
-func (s *stateDB) clearWindows() error {
+func (s *StateDB) ClearWindows() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if err := tx.DeleteBucket(bucketWindows); err != nil {
 			return err
@@ -92,9 +103,9 @@ func (s *stateDB) clearWindows() error {
 	})
 }
 
-// commit writes a checkpoint with the aggregator's changed windows and
+// Commit writes a checkpoint with the aggregator's changed windows and
 // deletes the windows past their horizon, in one transaction (fsynced).
-func (s *stateDB) commit(cp []byte, agg *aggregate.Aggregator) (written, deleted int, err error) {
+func (s *StateDB) Commit(cp []byte, agg *aggregate.Aggregator) (written, deleted int, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketWindows)
 		var perr error
@@ -138,10 +149,10 @@ func (s *stateDB) commit(cp []byte, agg *aggregate.Aggregator) (written, deleted
 
 // Load implements aggregate.Store. A panic from a damaged page is turned
 // into an error (the reading is then counted as late_state_evicted).
-func (s *stateDB) Load(dev, metric string, start int64) (w aggregate.WindowState, found bool, err error) {
+func (s *StateDB) Load(dev, metric string, start int64) (w aggregate.WindowState, found bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("read state %s: %v", s.path, r)
+			err = fmt.Errorf("read state %s: %v", s.Path, r)
 		}
 	}()
 	key := windowKey(nil, dev, metric, start)

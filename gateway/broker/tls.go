@@ -1,4 +1,4 @@
-package gateway
+package broker
 
 import (
 	"crypto/tls"
@@ -8,19 +8,17 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-
-	"github.com/edgegate/edgegate/configs"
 )
 
 // serverTLS holds the TLS configuration of the broker's listeners. Reload
 // reads the files again (on SIGHUP): connections made afterwards use the
 // new certificate and client CAs, open ones keep theirs.
 type serverTLS struct {
-	files configs.TLSListener
+	files TLSOptions
 	cur   atomic.Pointer[tls.Config]
 }
 
-func newServerTLS(files configs.TLSListener) (*serverTLS, error) {
+func newServerTLS(files TLSOptions) (*serverTLS, error) {
 	s := &serverTLS{files: files}
 	return s, s.Reload()
 }

@@ -1,4 +1,4 @@
-package gateway
+package broker
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/internal/lograte"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -102,33 +103,32 @@ func classify(err error) (Refusal, bool) {
 //     one that reads and decodes its packets.
 type guarded struct {
 	listeners.Listener
-	g *Gateway
-	h *hook
+	b *Broker
 }
 
 func (l *guarded) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
-		g := l.g
-		g.connsOpen.Add(1)
-		defer g.connsOpen.Add(-1)
+		b := l.b
+		b.connsOpen.Add(1)
+		defer b.connsOpen.Add(-1)
 		start := time.Now()
-		_ = c.SetDeadline(start.Add(g.cfg.MQTT.ConnectTimeout.D()))
+		_ = c.SetDeadline(start.Add(b.opts.ConnectTimeout))
 		defer func() {
 			if r := recover(); r != nil {
-				g.mqttRefused[RefusedPanic].Add(1)
+				b.mqttRefused[RefusedPanic].Add(1)
 				c.Close()
-				g.log.Error("mqtt packet decoder panicked; connection closed", "listener", id, "remote", c.RemoteAddr(),
+				b.log.Error("mqtt packet decoder panicked; connection closed", "listener", id, "remote", c.RemoteAddr(),
 					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				l.h.forgetConn(c)
+				b.hook.forgetConn(c)
 			}
 		}()
 		if tc, ok := c.(*tls.Conn); ok {
 			// Handshake under the connect deadline, so that a failure is
 			// told apart from the MQTT that follows.
 			if err := tc.Handshake(); err != nil {
-				g.mqttRefused[RefusedTLSHandshake].Add(1)
-				if ok, held := g.logLimiter.allow("tls", g.now()); ok {
-					g.log.Info("mqtt tls handshake failed", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
+				b.mqttRefused[RefusedTLSHandshake].Add(1)
+				if ok, held := b.logLimiter.Allow("tls", b.now()); ok {
+					b.log.Info("mqtt tls handshake failed", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
 				}
 				c.Close()
 				return nil
@@ -136,11 +136,11 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 		}
 		err := establish(id, c)
 		if r, ok := classify(err); ok {
-			g.mqttRefused[r].Add(1)
+			b.mqttRefused[r].Add(1)
 		}
 		if err != nil {
-			if ok, held := g.logLimiter.allow("conn-end", g.now()); ok {
-				g.log.Debug("mqtt connection ended", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
+			if ok, held := b.logLimiter.Allow("conn-end", b.now()); ok {
+				b.log.Debug("mqtt connection ended", "listener", id, "remote", c.RemoteAddr(), "err", err, "suppressed_since_last", held)
 			}
 		}
 		// mochi's listener would log every ended connection at warn
@@ -235,16 +235,16 @@ func (l *connLimiter) allow(remote string, now time.Time) bool {
 // (start and stop) pass.
 type quietHandler struct {
 	slog.Handler
-	lim *rateLimiter
+	lim *lograte.Limiter
 }
 
 func newQuietHandler(h slog.Handler) *quietHandler {
-	return &quietHandler{Handler: h, lim: &rateLimiter{every: 10 * time.Second}}
+	return &quietHandler{Handler: h, lim: &lograte.Limiter{Every: 10 * time.Second}}
 }
 
 func (q *quietHandler) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level != slog.LevelInfo {
-		ok, held := q.lim.allow(r.Message, r.Time)
+		ok, held := q.lim.Allow(r.Message, r.Time)
 		if !ok {
 			return nil
 		}

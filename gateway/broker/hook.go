@@ -1,31 +1,26 @@
-package gateway
+package broker
 
 import (
-	"bufio"
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/journal"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
-	"golang.org/x/crypto/bcrypt"
 )
 
 // hook connects the gateway to mochi: it authenticates clients and takes
 // readings from publications.
 type hook struct {
 	mqtt.HookBase
-	g     *Gateway
+	b     *Broker
 	auth  *authenticator
 	acl   *acl
 	conns *connLimiter
@@ -60,24 +55,24 @@ func (h *hook) Provides(b byte) bool {
 // refuses a source address that connects too often and sets the MQTT 5
 // server keep alive.
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
-	g := h.g
-	if !h.conns.allow(cl.Net.Remote, g.now()) {
-		g.mqttRefused[RefusedConnectRate].Add(1)
-		if ok, held := g.logLimiter.allow("connect-rate", g.now()); ok {
-			g.log.Warn("mqtt connection refused: too many connections from one address (mqtt.connect_rate_per_address)",
+	b := h.b
+	if !h.conns.allow(cl.Net.Remote, b.now()) {
+		b.mqttRefused[RefusedConnectRate].Add(1)
+		if ok, held := b.logLimiter.Allow("connect-rate", b.now()); ok {
+			b.log.Warn("mqtt connection refused: too many connections from one address (mqtt.connect_rate_per_address)",
 				"remote", cl.Net.Remote, "client", cl.ID, "suppressed_since_last", held)
 		}
 		code := packets.ErrConnectionRateExceeded
 		if cl.Properties.ProtocolVersion < 5 {
 			code = packets.Err3ServerUnavailable // 3.1.1 has no rate code
 		}
-		_ = g.server.SendConnack(cl, code, false, nil)
+		_ = b.server.SendConnack(cl, code, false, nil)
 		return packets.ErrConnectionRateExceeded
 	}
 	// A client that asks for no keep alive, or a longer one, would hold
 	// its socket for that long after its network vanished. MQTT 5 lets
 	// the server say so; a 3.1.1 client is held to what it asked.
-	if max := uint16(g.cfg.MQTT.MaxKeepAlive.D().Seconds()); cl.Properties.ProtocolVersion == 5 && (cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
+	if max := uint16(b.opts.MaxKeepAlive.Seconds()); cl.Properties.ProtocolVersion == 5 && (cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
 		cl.State.Keepalive = max
 		cl.State.ServerKeepalive = true
 	}
@@ -88,12 +83,12 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 // of a verified client certificate, else the username of valid
 // credentials, else (if anonymous clients are allowed) the client id.
 func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
-	g := h.g
+	b := h.b
 	user := string(pk.Connect.Username)
 	refuse := func(why string) bool {
-		g.mqttRefused[RefusedCredentials].Add(1)
-		if ok, held := g.logLimiter.allow("auth", g.now()); ok {
-			g.log.Info("mqtt client refused: "+why, "client", cl.ID, "username", user, "remote", cl.Net.Remote, "suppressed_since_last", held)
+		b.mqttRefused[RefusedCredentials].Add(1)
+		if ok, held := b.logLimiter.Allow("auth", b.now()); ok {
+			b.log.Info("mqtt client refused: "+why, "client", cl.ID, "username", user, "remote", cl.Net.Remote, "suppressed_since_last", held)
 		}
 		return false
 	}
@@ -139,14 +134,14 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return !write
 	}
 	info := v.(*clientInfo)
-	g := h.g
+	b := h.b
 	if write {
 		if info.role.canPublish(topic, info.identity, cl.ID) {
 			return true
 		}
-		g.mqttRefused[RefusedPublish].Add(1)
-		if ok, held := g.logLimiter.allow("acl-pub", g.now()); ok {
-			g.log.Warn("mqtt publish refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+		b.mqttRefused[RefusedPublish].Add(1)
+		if ok, held := b.logLimiter.Allow("acl-pub", b.now()); ok {
+			b.log.Warn("mqtt publish refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
 				"topic", topic, "suppressed_since_last", held)
 		}
 		return false
@@ -159,15 +154,15 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		return info.role.canRead(topic, info.identity, cl.ID)
 	}
 	if !info.role.canSubscribe(topic, info.identity, cl.ID) {
-		g.mqttRefused[RefusedSubscribe].Add(1)
-		if ok, held := g.logLimiter.allow("acl-sub", g.now()); ok {
-			g.log.Warn("mqtt subscribe refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+		b.mqttRefused[RefusedSubscribe].Add(1)
+		if ok, held := b.logLimiter.Allow("acl-sub", b.now()); ok {
+			b.log.Warn("mqtt subscribe refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
 				"filter", topic, "suppressed_since_last", held)
 		}
 		return false
 	}
-	if _, again := cl.State.Subscriptions.Get(topic); !again && cl.State.Subscriptions.Len() >= g.cfg.MQTT.MaxSubscriptions {
-		g.mqttRefused[RefusedSubscriptionLimit].Add(1)
+	if _, again := cl.State.Subscriptions.Get(topic); !again && cl.State.Subscriptions.Len() >= b.opts.MaxSubscriptions {
+		b.mqttRefused[RefusedSubscriptionLimit].Add(1)
 		return false
 	}
 	return true
@@ -177,7 +172,7 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 // The client's packets are not read meanwhile, so TCP flow control slows
 // it down; nothing is refused or lost.
 func (h *hook) throttle(cl *mqtt.Client) {
-	rate := h.g.cfg.MQTT.PublishRate
+	rate := h.b.opts.PublishRate
 	if rate <= 0 {
 		return
 	}
@@ -188,7 +183,7 @@ func (h *hook) throttle(cl *mqtt.Client) {
 	info := v.(*clientInfo)
 	burst := max(1, int(rate))
 	if wait := info.publish.take(time.Now(), rate, burst); wait > 0 {
-		h.g.throttled.Add(1)
+		h.b.throttled.Add(1)
 		time.Sleep(wait)
 		info.publish.take(time.Now(), rate, burst)
 	}
@@ -197,15 +192,15 @@ func (h *hook) throttle(cl *mqtt.Client) {
 // forgetConn cleans up after a connection whose goroutine panicked: mochi
 // did not get to remove its client.
 func (h *hook) forgetConn(c net.Conn) {
-	for _, cl := range h.g.server.Clients.GetAll() {
+	for _, cl := range h.b.server.Clients.GetAll() {
 		if cl.Net.Conn != c {
 			continue
 		}
 		expire := !persistent(cl)
 		h.OnDisconnect(cl, errors.New("decoder panic"), expire)
 		if expire {
-			h.g.server.UnsubscribeClient(cl)
-			h.g.server.Clients.Delete(cl.ID)
+			h.b.server.UnsubscribeClient(cl)
+			h.b.server.Clients.Delete(cl.ID)
 		}
 	}
 }
@@ -230,41 +225,41 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	if cl.Net.Inline {
 		return pk, nil
 	}
-	g := h.g
+	b := h.b
 	h.throttle(cl)
 	qos := pk.FixedHeader.Qos
-	noSubscribers := atomic.LoadInt64(&g.server.Info.Subscriptions) == 0
-	if !g.readingTopic(pk.TopicName) {
+	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
+	if !b.in.ReadingTopic(pk.TopicName) {
 		if !pk.FixedHeader.Retain && noSubscribers {
 			return pk, packets.CodeSuccessIgnore
 		}
 		return pk, nil
 	}
-	if qos > 0 && g.out.Full() {
+	if qos > 0 && b.in.Full() {
 		// Storage quota reached under the backpressure policy: do not take
 		// responsibility for the reading. MQTT 5 clients get PUBACK 0x97
 		// (quota exceeded); 3.1.1 clients get no acknowledgement and resend
 		// later.
-		g.refused.Add(1)
-		if ok, held := g.logLimiter.allow("quota", g.now()); ok {
-			g.log.Warn("storage quota reached: refusing QoS 1/2 readings", "client", cl.ID, "suppressed_since_last", held)
+		b.quota.Add(1)
+		if ok, held := b.logLimiter.Allow("quota", b.now()); ok {
+			b.log.Warn("storage quota reached: refusing QoS 1/2 readings", "client", cl.ID, "suppressed_since_last", held)
 		}
 		if cl.Properties.ProtocolVersion == 5 {
 			return pk, packets.ErrQuotaExceeded
 		}
 		return pk, packets.ErrRejectPacket
 	}
-	flags := qos & flagQoSMask
+	flags := qos & journal.FlagQoSMask
 	if pk.FixedHeader.Dup {
-		flags |= flagDup
+		flags |= journal.FlagDup
 	}
 	if pk.FixedHeader.Retain {
-		flags |= flagRetain
+		flags |= journal.FlagRetain
 	}
 	async := qos == 1 && !pk.FixedHeader.Retain && noSubscribers
-	b, err := g.j.publish(cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	batch, err := b.j.Publish(cl.ID, cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
-		err = b.wait()
+		err = batch.Wait()
 	}
 	if err != nil {
 		// The journal failed or is closing: never acknowledge. The client
@@ -304,11 +299,11 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	if pk.Connect.Clean || !persistent(cl) {
-		h.g.j.sessionEnd(cl.ID)
+		h.b.j.SessionEnd(cl.ID)
 	}
 	if persistent(cl) {
-		h.g.j.sessionStart(cl.ID, session{proto: cl.Properties.ProtocolVersion, expiry: cl.Properties.Props.SessionExpiryInterval,
-			username: string(cl.Properties.Username), listener: cl.Net.Listener})
+		h.b.j.SessionStart(cl.ID, journal.Session{Proto: cl.Properties.ProtocolVersion, Expiry: cl.Properties.Props.SessionExpiryInterval,
+			Username: string(cl.Properties.Username), Listener: cl.Net.Listener})
 	}
 }
 
@@ -317,27 +312,27 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.clients.Delete(cl)
 	if expire && !cl.Net.Inline {
-		h.g.j.sessionEnd(cl.ID)
+		h.b.j.SessionEnd(cl.ID)
 	}
 }
 
 // OnClientExpired journals the end of a session that outlived its
 // connection and has now expired.
-func (h *hook) OnClientExpired(cl *mqtt.Client) { h.g.j.sessionEnd(cl.ID) }
+func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
 
 // OnQosComplete journals the end of a QoS 2 exchange a client began (its
 // PUBREL was answered). Completions of the broker's own deliveries are
 // not state.
 func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.g.j.pubrel(cl.ID, pk.PacketID)
+		h.b.j.Pubrel(cl.ID, pk.PacketID)
 	}
 }
 
 // OnQosDropped: a PUBREL with an error reason ends the exchange too.
 func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.g.j.pubrel(cl.ID, pk.PacketID)
+		h.b.j.Pubrel(cl.ID, pk.PacketID)
 	}
 }
 
@@ -345,13 +340,11 @@ func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 // awaiting PUBREL, as in-flight PUBRECs: it resends them when the client
 // resumes its session, and answers its PUBREL with PUBCOMP.
 func (h *hook) StoredInflightMessages() ([]storage.Message, error) {
-	h.g.mu.Lock()
-	defer h.g.mu.Unlock()
 	var v []storage.Message
-	for id, pids := range h.g.awaitRel {
+	for id, pids := range h.b.restored.AwaitingRelease {
 		for pid := range pids {
 			v = append(v, storage.Message{T: storage.InflightKey, ID: fmt.Sprintf("if_%s_%d", id, pid), Client: id, Origin: id,
-				PacketID: pid, FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, Created: h.g.now().Unix()})
+				PacketID: pid, FixedHeader: packets.FixedHeader{Type: packets.Pubrec}, Created: h.b.now().Unix()})
 		}
 	}
 	return v, nil
@@ -382,8 +375,8 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 		if i < len(reasonCodes) && reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
 			continue
 		}
-		h.g.j.subscribe(cl.ID, f.Filter, subscription{qos: f.Qos, retainHandling: f.RetainHandling, noLocal: f.NoLocal,
-			retainAsPublish: f.RetainAsPublished, identifier: f.Identifier})
+		h.b.j.Subscribe(cl.ID, f.Filter, journal.Subscription{QoS: f.Qos, RetainHandling: f.RetainHandling, NoLocal: f.NoLocal,
+			RetainAsPublished: f.RetainAsPublished, Identifier: f.Identifier})
 	}
 }
 
@@ -395,128 +388,37 @@ func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	for _, f := range pk.Filters {
-		h.g.j.unsubscribe(cl.ID, f.Filter)
+		h.b.j.Unsubscribe(cl.ID, f.Filter)
 	}
 }
 
 // StoredSubscriptions gives mochi, as it starts, the subscriptions of the
 // persistent sessions.
 func (h *hook) StoredSubscriptions() ([]storage.Subscription, error) {
-	h.g.mu.Lock()
-	defer h.g.mu.Unlock()
 	var v []storage.Subscription
-	for id, subs := range h.g.subs {
-		if _, ok := h.g.sessions[id]; !ok {
+	for id, subs := range h.b.restored.Subscriptions {
+		if _, ok := h.b.restored.Sessions[id]; !ok {
 			continue
 		}
 		for f, s := range subs {
-			v = append(v, storage.Subscription{T: storage.SubscriptionKey, ID: id + ":" + f, Client: id, Filter: f, Qos: s.qos,
-				RetainHandling: s.retainHandling, NoLocal: s.noLocal, RetainAsPublished: s.retainAsPublish, Identifier: s.identifier})
+			v = append(v, storage.Subscription{T: storage.SubscriptionKey, ID: id + ":" + f, Client: id, Filter: f, Qos: s.QoS,
+				RetainHandling: s.RetainHandling, NoLocal: s.NoLocal, RetainAsPublished: s.RetainAsPublished, Identifier: s.Identifier})
 		}
 	}
 	// mochi does not count the subscriptions it loads, and OnPublish
 	// routes publications only when the count is non-zero: count them
 	// here, before the listeners accept anyone.
-	atomic.AddInt64(&h.g.server.Info.Subscriptions, int64(len(v)))
+	atomic.AddInt64(&h.b.server.Info.Subscriptions, int64(len(v)))
 	return v, nil
 }
 
 // StoredClients gives mochi, as it starts, the persistent sessions the
 // journal holds.
 func (h *hook) StoredClients() ([]storage.Client, error) {
-	h.g.mu.Lock()
-	defer h.g.mu.Unlock()
-	v := make([]storage.Client, 0, len(h.g.sessions))
-	for id, s := range h.g.sessions {
-		v = append(v, storage.Client{ID: id, T: storage.ClientKey, ProtocolVersion: s.proto, Username: []byte(s.username),
-			Listener: s.listener, Properties: storage.ClientProperties{SessionExpiryInterval: s.expiry, SessionExpiryIntervalFlag: s.proto == 5}})
+	v := make([]storage.Client, 0, len(h.b.restored.Sessions))
+	for id, s := range h.b.restored.Sessions {
+		v = append(v, storage.Client{ID: id, T: storage.ClientKey, ProtocolVersion: s.Proto, Username: []byte(s.Username),
+			Listener: s.Listener, Properties: storage.ClientProperties{SessionExpiryInterval: s.Expiry, SessionExpiryIntervalFlag: s.Proto == 5}})
 	}
 	return v, nil
-}
-
-// Users maps usernames to bcrypt password hashes.
-type Users map[string][]byte
-
-// LoadUsers reads a users file: one "username:bcrypt-hash" per line, as
-// `htpasswd -B` writes; blank lines and lines starting with # are ignored.
-func LoadUsers(path string) (Users, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open users file: %w", err)
-	}
-	defer f.Close()
-	users := Users{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, hash, ok := strings.Cut(line, ":")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("%s:%d: want username:bcrypt-hash", path, n)
-		}
-		if !identityLevel(name) {
-			return nil, fmt.Errorf("%s:%d: user %q: a username may not contain '/', '+' or '#' (it stands for a topic level in ACLs)", path, n, name)
-		}
-		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
-			return nil, fmt.Errorf("%s:%d: user %q: not a bcrypt hash (%v); create it with htpasswd -B or edgegate passwd", path, n, name, err)
-		}
-		if _, dup := users[name]; dup {
-			return nil, fmt.Errorf("%s:%d: user %q appears twice", path, n, name)
-		}
-		users[name] = []byte(hash)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read users file %s: %w", path, err)
-	}
-	return users, nil
-}
-
-// authenticator checks CONNECT credentials. A bcrypt comparison costs tens
-// of milliseconds on a Pi; after one succeeds, a SHA-256 of the password is
-// cached so that a reconnect storm of thousands of devices does not pin the
-// CPU.
-type authenticator struct {
-	anonymous bool
-
-	mu       sync.Mutex
-	users    Users
-	verified map[string][sha256.Size]byte
-}
-
-// setUsers replaces the users (the file was reloaded).
-func (a *authenticator) setUsers(u Users) {
-	a.mu.Lock()
-	a.users, a.verified = u, map[string][sha256.Size]byte{}
-	a.mu.Unlock()
-}
-
-func newAuthenticator(users Users, anonymous bool) *authenticator {
-	return &authenticator{users: users, anonymous: anonymous, verified: map[string][sha256.Size]byte{}}
-}
-
-// check verifies credentials; anonymous clients are decided by the hook
-// before it gets here.
-func (a *authenticator) check(user string, password []byte) bool {
-	sum := sha256.Sum256(password)
-	a.mu.Lock()
-	hash, ok := a.users[user]
-	cached, hit := a.verified[user]
-	a.mu.Unlock()
-	if !ok {
-		return false // credentials were given, and they are wrong
-	}
-	if hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
-		return true
-	}
-	if bcrypt.CompareHashAndPassword(hash, password) != nil {
-		return false
-	}
-	a.mu.Lock()
-	if string(a.users[user]) == string(hash) { // not replaced meanwhile
-		a.verified[user] = sum
-	}
-	a.mu.Unlock()
-	return true
 }

@@ -1,0 +1,67 @@
+package configs
+
+import (
+	"periph.io/x/conn/v3/i2c"
+
+	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/sensors"
+)
+
+// GatewayOptions returns the gateway's options from a validated
+// configuration. The gateway knows nothing of this file's format: each
+// component takes options in its own terms, and this is where the keys
+// map onto them (as AggregateConfig does for the aggregator). openBus
+// opens an I²C bus by name for the sensors (periph's i2creg.Open).
+func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)) gateway.Options {
+	m := c.MQTT
+	roles := map[string]broker.Role{}
+	for name, r := range c.Roles() {
+		roles[name] = broker.Role{Publish: r.Publish, Subscribe: r.Subscribe}
+	}
+	var ss []sensors.Sensor
+	for _, s := range c.Sensors {
+		ss = append(ss, sensors.Sensor{Driver: s.Driver, Bus: s.Bus, Address: uint16(s.Address), Device: s.Device,
+			Every: s.Every.D(), Rename: s.Metrics})
+	}
+	return gateway.Options{
+		DataDir:            c.Gateway.DataDir,
+		Topics:             m.Topics,
+		MaxPayload:         m.MaxPayload,
+		Aggregate:          c.AggregateConfig(),
+		FsyncInterval:      c.Storage.FsyncInterval.D(),
+		CheckpointInterval: c.Storage.CheckpointInterval.D(),
+		Broker: broker.Options{
+			Listen: m.Listen,
+			TLS: broker.TLSOptions{Listen: m.TLS.Listen, CertFile: m.TLS.CertFile, KeyFile: m.TLS.KeyFile,
+				ClientCAFile: m.TLS.ClientCAFile, RequireClientCert: m.TLS.RequireClientCert},
+			WebSocket:         broker.WebSocketOptions{Listen: m.WebSocket.Listen, TLS: m.WebSocket.TLS},
+			AllowAnonymous:    m.AllowAnonymous,
+			UsersFile:         m.UsersFile,
+			Roles:             roles,
+			Users:             m.ACL.Users,
+			AnonymousRole:     m.ACL.AnonymousRole,
+			MaxPacket:         m.MaxPacket,
+			ReceiveMaximum:    m.ReceiveMaximum,
+			ClientWriteQueue:  m.ClientWriteQueue,
+			ClientReadBuffer:  m.ClientReadBuffer,
+			ClientWriteBuffer: m.ClientWriteBuffer,
+			TopicAliasMaximum: m.TopicAliasMaximum,
+			MaxSessionExpiry:  m.MaxSessionExpiry.D(),
+			MaxClients:        m.MaxClients,
+			MaxSubscriptions:  m.MaxSubscriptions,
+			ConnectTimeout:    m.ConnectTimeout.D(),
+			ConnectRate:       m.ConnectRate,
+			ConnectBurst:      m.ConnectBurst,
+			ConnectRateExempt: m.ConnectRateExempt,
+			PublishRate:       m.PublishRate,
+			MaxKeepAlive:      m.MaxKeepAlive.D(),
+		},
+		Sensors: ss,
+		OpenBus: openBus,
+		SensorTopic: func(device, metric string) string {
+			t, _ := c.SensorTopic(device, metric) // validated: a pattern exists
+			return t
+		},
+	}
+}

@@ -1,0 +1,201 @@
+package broker
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// The users file holds one "username:bcrypt-hash" per line, as
+// `htpasswd -B` and `edgegate passwd` write it; blank lines and lines
+// starting with # are ignored. LoadUsers reads it, UpdateUsersFile
+// changes one user in it; this file is the format's one owner.
+
+// Users maps usernames to bcrypt password hashes.
+type Users map[string][]byte
+
+// LoadUsers reads a users file.
+func LoadUsers(path string) (Users, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open users file: %w", err)
+	}
+	defer f.Close()
+	users := Users{}
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, hash, ok := strings.Cut(line, ":")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%s:%d: want username:bcrypt-hash", path, n)
+		}
+		if !identityLevel(name) {
+			return nil, fmt.Errorf("%s:%d: user %q: a username may not contain '/', '+' or '#' (it stands for a topic level in ACLs)", path, n, name)
+		}
+		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
+			return nil, fmt.Errorf("%s:%d: user %q: not a bcrypt hash (%v); create it with htpasswd -B or edgegate passwd", path, n, name, err)
+		}
+		if _, dup := users[name]; dup {
+			return nil, fmt.Errorf("%s:%d: user %q appears twice", path, n, name)
+		}
+		users[name] = []byte(hash)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read users file %s: %w", path, err)
+	}
+	return users, nil
+}
+
+// authenticator checks CONNECT credentials. A bcrypt comparison costs tens
+// of milliseconds on a Pi; after one succeeds, a SHA-256 of the password is
+// cached so that a reconnect storm of thousands of devices does not pin the
+// CPU.
+type authenticator struct {
+	anonymous bool
+
+	mu       sync.Mutex
+	users    Users
+	verified map[string][sha256.Size]byte
+}
+
+// setUsers replaces the users (the file was reloaded).
+func (a *authenticator) setUsers(u Users) {
+	a.mu.Lock()
+	a.users, a.verified = u, map[string][sha256.Size]byte{}
+	a.mu.Unlock()
+}
+
+func newAuthenticator(users Users, anonymous bool) *authenticator {
+	return &authenticator{users: users, anonymous: anonymous, verified: map[string][sha256.Size]byte{}}
+}
+
+// check verifies credentials; anonymous clients are decided by the hook
+// before it gets here.
+func (a *authenticator) check(user string, password []byte) bool {
+	sum := sha256.Sum256(password)
+	a.mu.Lock()
+	hash, ok := a.users[user]
+	cached, hit := a.verified[user]
+	a.mu.Unlock()
+	if !ok {
+		return false // credentials were given, and they are wrong
+	}
+	if hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
+		return true
+	}
+	if bcrypt.CompareHashAndPassword(hash, password) != nil {
+		return false
+	}
+	a.mu.Lock()
+	if string(a.users[user]) == string(hash) { // not replaced meanwhile
+		a.verified[user] = sum
+	}
+	a.mu.Unlock()
+	return true
+}
+
+// CheckUsername says why name cannot be given to a new user: a username
+// stands for a whole topic level in ACLs ({username}), and the file
+// separates it from the hash with ':'. (LoadUsers accepts what other tools
+// wrote as long as it is a topic level.)
+func CheckUsername(name string) error {
+	if name == "" || strings.ContainsAny(name, ":/+# \t") {
+		return fmt.Errorf("username %q may not be empty or contain ':', '/', '+', '#' or spaces", name)
+	}
+	return nil
+}
+
+// UpdateUsersFile sets user's bcrypt hash in the users file at path, or
+// deletes the user when hash is nil. With create, the file is started
+// anew with only this user. Other lines, comments included, are kept. The
+// file is replaced atomically, keeping its mode, owner and group, and must
+// load afterwards.
+func UpdateUsersFile(path, user string, hash []byte, create bool) error {
+	del := hash == nil
+	var lines []string
+	if !create {
+		data, err := os.ReadFile(path)
+		if err != nil && !(errors.Is(err, os.ErrNotExist) && !del) {
+			return err
+		}
+		if len(data) > 0 {
+			lines = strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		}
+	}
+	found := -1
+	for i, l := range lines {
+		if name, _, ok := strings.Cut(l, ":"); ok && name == user && !strings.HasPrefix(l, "#") {
+			found = i
+		}
+	}
+	switch {
+	case del && found < 0:
+		return fmt.Errorf("no user %q in %s", user, path)
+	case del:
+		lines = append(lines[:found], lines[found+1:]...)
+	case found >= 0:
+		lines[found] = user + ":" + string(hash)
+	default:
+		lines = append(lines, user+":"+string(hash))
+	}
+	if err := writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
+		return err
+	}
+	// What the gateway will read back must load.
+	if _, err := LoadUsers(path); err != nil {
+		return fmt.Errorf("the file does not load after the change: %w", err)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with data, keeping path's mode, owner and
+// group (new files: 0600): a reader sees the old file or the new one,
+// never a part, and a service that could read it still can.
+func writeFileAtomic(path string, data []byte) error {
+	mode := os.FileMode(0o600)
+	st, statErr := os.Stat(path)
+	if statErr == nil {
+		mode = st.Mode().Perm()
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if statErr == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			if err := tmp.Chown(int(sys.Uid), int(sys.Gid)); err != nil && (int(sys.Uid) != os.Geteuid() || int(sys.Gid) != os.Getegid()) {
+				tmp.Close()
+				return fmt.Errorf("keep the owner of %s: %w", path, err)
+			}
+		}
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

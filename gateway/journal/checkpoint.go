@@ -1,0 +1,207 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"slices"
+)
+
+// A checkpoint is the gateway's state after the journal event at sequence
+// seq was applied, stored in state.db (see statedb.go) with the closed
+// windows it refers to:
+//
+//	magic "EGCP", version 1
+//	uvarint seq, varint clock (Unix ns)
+//	uvarint length + the aggregator's snapshot (closed windows are in the
+//	  store, not here)
+//	uvarint count, then per session: client, proto (1 byte), uvarint
+//	  expiry, username, listener (strings as uvarint length + bytes)
+//	uvarint count, then per dedupe ring: client, uvarint used, uvarint n,
+//	  then n entries oldest first: uvarint pid, 8-byte hash
+//	uvarint count, then per client with QoS 2 exchanges awaiting PUBREL:
+//	  client, uvarint n, then n uvarint packet ids
+//	uvarint count, then per client with subscriptions: client, uvarint n,
+//	  then n × (filter, flags byte, uvarint subscription identifier)
+//	CRC-32C of everything before it, 4 bytes little-endian
+const (
+	checkpointMagic   = "EGCP"
+	checkpointVersion = 1
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// PIDSets holds, per client, packet ids of QoS 2 publications that were
+// received and acknowledged with PUBREC, and whose PUBREL has not come.
+// mochi gets them back at start (as in-flight PUBRECs), so a client that
+// sends PUBREL after a restart gets PUBCOMP, not "packet id not found".
+type PIDSets map[string]map[uint16]bool
+
+func (p PIDSets) Add(client string, pid uint16) {
+	if p[client] == nil {
+		p[client] = map[uint16]bool{}
+	}
+	p[client][pid] = true
+}
+
+func (p PIDSets) Remove(client string, pid uint16) {
+	delete(p[client], pid)
+	if len(p[client]) == 0 {
+		delete(p, client)
+	}
+}
+
+// Checkpoint is a decoded checkpoint.
+type Checkpoint struct {
+	Seq      uint64
+	Clock    int64
+	Agg      []byte                // the aggregator's snapshot, as decoded
+	Snapshot func(b []byte) []byte // appends it, when encoding
+	Sessions map[string]Session
+	Rings    map[string]*Ring
+	AwaitRel PIDSets
+	Subs     map[string]map[string]Subscription
+}
+
+func (c *Checkpoint) Encode() []byte {
+	b := append([]byte(checkpointMagic), checkpointVersion)
+	b = binary.AppendUvarint(b, c.Seq)
+	b = binary.AppendVarint(b, c.Clock)
+	if c.Snapshot != nil {
+		// Encoded in place after room for its length, then moved up to
+		// close the gap: no copy of the snapshot is allocated.
+		at := len(b)
+		b = append(b, make([]byte, binary.MaxVarintLen64)...)
+		b = c.Snapshot(b)
+		var n [binary.MaxVarintLen64]byte
+		l := binary.PutUvarint(n[:], uint64(len(b)-at-binary.MaxVarintLen64))
+		copy(b[at:], n[:l])
+		b = append(b[:at+l], b[at+binary.MaxVarintLen64:]...)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(c.Agg)))
+		b = append(b, c.Agg...)
+	}
+	clients := slices.Sorted(maps.Keys(c.Sessions))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		s := c.Sessions[id]
+		b = appendString(b, id)
+		b = append(b, s.Proto)
+		b = binary.AppendUvarint(b, uint64(s.Expiry))
+		b = appendString(b, s.Username)
+		b = appendString(b, s.Listener)
+	}
+	clients = slices.Sorted(maps.Keys(c.Rings))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		r := c.Rings[id]
+		b = appendString(b, id)
+		b = binary.AppendUvarint(b, r.used)
+		b = binary.AppendUvarint(b, uint64(len(r.ents)))
+		for i := range r.ents {
+			e := r.ents[(r.next+i)%len(r.ents)]
+			b = binary.AppendUvarint(b, uint64(e.pid()))
+			b = binary.LittleEndian.AppendUint64(b, e.hash())
+		}
+	}
+	clients = slices.Sorted(maps.Keys(c.AwaitRel))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		b = appendString(b, id)
+		pids := slices.Sorted(maps.Keys(c.AwaitRel[id]))
+		b = binary.AppendUvarint(b, uint64(len(pids)))
+		for _, pid := range pids {
+			b = binary.AppendUvarint(b, uint64(pid))
+		}
+	}
+	clients = slices.Sorted(maps.Keys(c.Subs))
+	b = binary.AppendUvarint(b, uint64(len(clients)))
+	for _, id := range clients {
+		b = appendString(b, id)
+		filters := slices.Sorted(maps.Keys(c.Subs[id]))
+		b = binary.AppendUvarint(b, uint64(len(filters)))
+		for _, f := range filters {
+			s := c.Subs[id][f]
+			b = appendString(b, f)
+			b = append(b, s.flags())
+			b = binary.AppendUvarint(b, uint64(s.Identifier))
+		}
+	}
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+var errCheckpoint = errors.New("damaged checkpoint")
+
+func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+	if len(b) < len(checkpointMagic)+1+4 || string(b[:4]) != checkpointMagic {
+		return nil, fmt.Errorf("%w: no header", errCheckpoint)
+	}
+	body, sum := b[:len(b)-4], binary.LittleEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return nil, fmt.Errorf("%w: checksum mismatch", errCheckpoint)
+	}
+	if body[4] != checkpointVersion {
+		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
+	}
+	r := reader{b: body[5:], ok: true}
+	c := &Checkpoint{Sessions: map[string]Session{}, Rings: map[string]*Ring{}, AwaitRel: PIDSets{}, Subs: map[string]map[string]Subscription{}}
+	c.Seq = r.uvarint()
+	c.Clock = r.varint()
+	c.Agg = r.bytes()
+	n := r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		var s Session
+		s.Proto = r.byte()
+		s.Expiry = uint32(r.uvarint())
+		s.Username = string(r.bytes())
+		s.Listener = string(r.bytes())
+		c.Sessions[id] = s
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		rg := &Ring{used: r.uvarint()}
+		m := r.uvarint()
+		if m > uint64(len(r.b)) {
+			r.ok = false
+			break
+		}
+		rg.ents = make([]dupEntry, 0, m)
+		for j := uint64(0); r.ok && j < m; j++ {
+			pid := uint16(r.uvarint())
+			if len(r.b) < 8 {
+				r.ok = false
+				break
+			}
+			rg.ents = append(rg.ents, newDupEntry(pid, binary.LittleEndian.Uint64(r.b)))
+			r.b = r.b[8:]
+		}
+		c.Rings[id] = rg
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		m := r.uvarint()
+		for j := uint64(0); r.ok && j < m; j++ {
+			c.AwaitRel.Add(id, uint16(r.uvarint()))
+		}
+	}
+	n = r.uvarint()
+	for i := uint64(0); r.ok && i < n; i++ {
+		id := string(r.bytes())
+		m := r.uvarint()
+		c.Subs[id] = map[string]Subscription{}
+		for j := uint64(0); r.ok && j < m; j++ {
+			f := string(r.bytes())
+			flags := r.byte()
+			c.Subs[id][f] = subscriptionOf(flags, int(r.uvarint()))
+		}
+	}
+	if !r.ok || len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: bad field", errCheckpoint)
+	}
+	return c, nil
+}

@@ -1,0 +1,353 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edgegate/edgegate/bridge/queue"
+)
+
+// PendingAck is a PUBACK to send once its publication is durable: To is
+// the connection it goes to, as the broker knows it (the journal only
+// hands it back).
+type PendingAck struct {
+	To  any
+	PID uint16
+}
+
+// Journal appends events with group commit: while one batch is written
+// and fsynced, the next one fills. Once a batch is durable its waiters are
+// released, its PUBACKs handed to the acker and the batch to the applier,
+// which applies batches in journal order. Acknowledgements therefore never
+// wait for the aggregator (a checkpoint holds it for a while); a reading
+// shows in the counters shortly after its PUBACK. If the applier falls
+// 1024 batches behind (about a second at full load), the flusher waits for
+// it: backpressure. Run owns the flushing goroutine, the acker and the
+// applier.
+type Journal struct {
+	log      *queue.Log
+	interval time.Duration // minimum time between fsyncs (storage.fsync_interval)
+	now      func() time.Time
+	apply    func(first uint64, recs [][]byte)
+	ack      func([]PendingAck)
+	acks     chan []PendingAck
+	applyq   chan applyBatch
+
+	mu   sync.Mutex
+	cur  *Batch
+	wake chan struct{}
+	err  error // sticky: the log failed, or Run ended
+
+	written atomic.Int64 // bytes appended since the journal was opened
+	fsync   latencyHistogram
+}
+
+// applyBatch is a durable batch on its way to the applier.
+type applyBatch struct {
+	first uint64
+	recs  [][]byte
+}
+
+// Batch is the group of events written and fsynced together. Wait
+// returns once it is durable.
+type Batch struct {
+	buf  []byte
+	ends []int
+	acks []PendingAck
+	done chan struct{}
+	err  error
+}
+
+// ErrJournalClosed is returned for events submitted after the journal
+// stopped.
+var ErrJournalClosed = errors.New("ingest journal closed")
+
+// Options configures a Journal.
+type Options struct {
+	// Interval is the least time between two fsyncs
+	// (storage.fsync_interval); zero syncs as soon as events come.
+	Interval time.Duration
+	// Now is the wall clock that stamps events (time.Now if nil).
+	Now func() time.Time
+	// Apply is given each durable batch, in journal order, from the
+	// applier goroutine.
+	Apply func(first uint64, recs [][]byte)
+	// Ack is given the PUBACKs of each durable batch, from the acker
+	// goroutine.
+	Ack func([]PendingAck)
+}
+
+// New returns a journal that appends to l. Nothing is written until Run.
+func New(l *queue.Log, o Options) *Journal {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Ack == nil {
+		o.Ack = func([]PendingAck) {}
+	}
+	return &Journal{log: l, interval: o.Interval, now: o.Now, apply: o.Apply, ack: o.Ack, cur: newBatch(), wake: make(chan struct{}, 1),
+		acks: make(chan []PendingAck, 4), applyq: make(chan applyBatch, 1024)}
+}
+
+// Written returns the bytes appended since the journal was opened.
+func (j *Journal) Written() int64 { return j.written.Load() }
+
+// FsyncLatency returns the histogram of the journal's fsync durations.
+func (j *Journal) FsyncLatency() Histogram { return j.fsync.snapshot() }
+
+func newBatch() *Batch { return &Batch{done: make(chan struct{})} }
+
+// begin locks the journal for one append and returns the batch to write
+// into, and the event time: taken under the lock, so times never go
+// backwards in journal order.
+func (j *Journal) begin() (*Batch, int64, error) {
+	j.mu.Lock()
+	if j.err != nil {
+		err := j.err
+		j.mu.Unlock()
+		return nil, 0, err
+	}
+	return j.cur, j.now().UnixNano(), nil
+}
+
+// end finishes the append begun with begin and wakes the flusher.
+func (j *Journal) end(b *Batch) {
+	b.ends = append(b.ends, len(b.buf))
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Publish journals a publication from client. With ack set, a PUBACK for
+// it is handed to the Ack function, addressed to ackTo, once it is
+// durable. It returns the batch; its Wait returns once the batch is
+// durable.
+func (j *Journal) Publish(client string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, error) {
+	b, at, err := j.begin()
+	if err != nil {
+		return nil, err
+	}
+	b.buf = AppendPublish(b.buf, at, flags, pid, client, topic, payload)
+	if ack {
+		b.acks = append(b.acks, PendingAck{ackTo, pid})
+	}
+	j.end(b)
+	return b, nil
+}
+
+// event journals one record that appendTo writes at the end of the
+// current batch, given the event time. Publications from clients have
+// their own, allocation-free path (publish).
+func (j *Journal) event(appendTo func(b []byte, at int64) []byte) (*Batch, error) {
+	b, at, err := j.begin()
+	if err != nil {
+		return nil, err
+	}
+	b.buf = appendTo(b.buf, at)
+	j.end(b)
+	return b, nil
+}
+
+// Local journals a publication the gateway makes itself (its own
+// sensors), as QoS 0 from client.
+func (j *Journal) Local(client, topic string, payload []byte) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return AppendPublish(b, at, 0, 0, client, topic, payload) })
+	return err
+}
+
+// Clock journals a tick or the shutdown flush.
+func (j *Journal) Clock(kind byte) (*Batch, error) {
+	return j.event(func(b []byte, at int64) []byte { return appendClock(b, kind, at) })
+}
+
+func (j *Journal) SessionStart(client string, s Session) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionStart(b, at, client, s) })
+	return err
+}
+
+func (j *Journal) SessionEnd(client string) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionEnd(b, at, client) })
+	return err
+}
+
+// Subscribe journals a subscription of client to filter.
+func (j *Journal) Subscribe(client, filter string, s Subscription) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendSubscribe(b, at, client, filter, s) })
+	return err
+}
+
+// Unsubscribe journals the end of a subscription.
+func (j *Journal) Unsubscribe(client, filter string) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendUnsubscribe(b, at, client, filter) })
+	return err
+}
+
+// Pubrel journals that a QoS 2 exchange the client began is complete.
+func (j *Journal) Pubrel(client string, pid uint16) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendPubrel(b, at, client, pid) })
+	return err
+}
+
+// Wait blocks until b is durable.
+func (b *Batch) Wait() error {
+	<-b.done
+	return b.err
+}
+
+// Run writes batches until ctx is cancelled, then writes and applies what
+// is pending and returns. A failed write or fsync ends it with the error:
+// nothing more is acknowledged, and every waiter gets the error.
+func (j *Journal) Run(ctx context.Context) error {
+	ackDone, applyDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		for acks := range j.acks {
+			j.ack(acks)
+		}
+	}()
+	go func() {
+		defer close(applyDone)
+		for b := range j.applyq {
+			j.apply(b.first, b.recs)
+		}
+	}()
+	defer func() {
+		close(j.acks)
+		close(j.applyq)
+		<-ackDone
+		<-applyDone
+	}()
+	var last time.Time // when the latest flush began
+	for {
+		select {
+		case <-j.wake:
+			// At most one fsync per interval: on an SD card every fsync
+			// rewrites at least a block and a filesystem journal commit,
+			// whatever the few readings it carries.
+			if wait := j.interval - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done(): // flush now; the loop sees ctx next
+					t.Stop()
+				}
+			}
+			last = time.Now()
+			if err := j.flush(); err != nil {
+				j.fail(err)
+				return err
+			}
+		case <-ctx.Done():
+			err := j.flush()
+			if err == nil {
+				err = ErrJournalClosed
+			}
+			j.fail(err)
+			if errors.Is(err, ErrJournalClosed) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// fail makes err sticky and releases a batch that raced in after the last
+// flush.
+func (j *Journal) fail(err error) {
+	j.mu.Lock()
+	if j.err == nil {
+		j.err = err
+	}
+	b := j.cur
+	j.cur = newBatch()
+	j.mu.Unlock()
+	if len(b.ends) > 0 {
+		b.err = err
+		close(b.done)
+	}
+}
+
+func (j *Journal) flush() error {
+	j.mu.Lock()
+	b := j.cur
+	if len(b.ends) == 0 {
+		j.mu.Unlock()
+		return nil
+	}
+	j.cur = newBatch()
+	j.mu.Unlock()
+	recs := make([][]byte, len(b.ends))
+	start := 0
+	for i, end := range b.ends {
+		recs[i] = b.buf[start:end:end]
+		start = end
+	}
+	first, err := j.log.Append(recs...)
+	if err == nil {
+		t0 := time.Now()
+		err = j.log.Sync()
+		j.fsync.observe(time.Since(t0))
+	}
+	if err != nil {
+		err = fmt.Errorf("ingest journal: %w", err)
+		b.err = err
+		close(b.done)
+		return err
+	}
+	j.written.Add(int64(len(b.buf)))
+	close(b.done)
+	if len(b.acks) > 0 {
+		j.acks <- b.acks
+	}
+	j.applyq <- applyBatch{first, recs}
+	return nil
+}
+
+// fsyncBounds are the upper bounds of the fsync latency buckets, in
+// seconds: an SD card's fsync takes from under a millisecond to hundreds.
+var fsyncBounds = [...]float64{0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+// latencyHistogram counts durations in fsyncBounds buckets, lock-free.
+type latencyHistogram struct {
+	buckets [len(fsyncBounds) + 1]atomic.Uint64 // the last is +Inf
+	sumNs   atomic.Int64
+}
+
+func (h *latencyHistogram) observe(d time.Duration) {
+	s := d.Seconds()
+	i := 0
+	for i < len(fsyncBounds) && s > fsyncBounds[i] {
+		i++
+	}
+	h.buckets[i].Add(1)
+	h.sumNs.Add(int64(d))
+}
+
+// Histogram is a snapshot of a latency histogram: Counts[i] is the number
+// of observations at most Bounds[i] seconds (cumulative, as Prometheus
+// has them); Count includes those above the last bound.
+type Histogram struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64 // seconds
+}
+
+func (h *latencyHistogram) snapshot() Histogram {
+	out := Histogram{Bounds: fsyncBounds[:], Counts: make([]uint64, len(fsyncBounds)), Sum: time.Duration(h.sumNs.Load()).Seconds()}
+	var cum uint64
+	for i := range h.buckets {
+		cum += h.buckets[i].Load()
+		if i < len(fsyncBounds) {
+			out.Counts[i] = cum
+		}
+	}
+	out.Count = cum
+	return out
+}

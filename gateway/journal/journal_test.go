@@ -1,0 +1,208 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/aggregate"
+)
+
+func TestEventRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rec  []byte
+		want Event
+	}{
+		{"publish", AppendPublish(nil, -5, 1|FlagDup, 65535, "dev-1", "sensors/dev-1/t", []byte("21.5")),
+			Event{Kind: KindPublish, At: -5, Flags: 1 | FlagDup, PID: 65535, Client: []byte("dev-1"), Topic: []byte("sensors/dev-1/t"), Payload: []byte("21.5")}},
+		{"publish empty payload", AppendPublish(nil, 7, 0, 0, "", "t", nil),
+			Event{Kind: KindPublish, At: 7, Client: []byte{}, Topic: []byte("t"), Payload: []byte{}}},
+		{"tick", appendClock(nil, KindTick, 1e18), Event{Kind: KindTick, At: 1e18}},
+		{"flush", appendClock(nil, KindFlush, 3), Event{Kind: KindFlush, At: 3}},
+		{"session start", appendSessionStart(nil, 9, "c", Session{Proto: 5, Expiry: 3600, Username: "u", Listener: "tcp"}),
+			Event{Kind: KindSessionStart, At: 9, Client: []byte("c"), Session: Session{Proto: 5, Expiry: 3600, Username: "u", Listener: "tcp"}}},
+		{"session end", appendSessionEnd(nil, 9, "c"), Event{Kind: KindSessionEnd, At: 9, Client: []byte("c")}},
+		{"pubrel", appendPubrel(nil, 9, "c", 513), Event{Kind: KindPubrel, At: 9, Client: []byte("c"), PID: 513}},
+		{"subscribe", appendSubscribe(nil, 9, "c", "a/#", Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}),
+			Event{Kind: KindSubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#"), Sub: Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}}},
+		{"unsubscribe", appendUnsubscribe(nil, 9, "c", "a/#"), Event{Kind: KindUnsubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DecodeEvent(tc.rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			norm := func(e Event) Event { // nil and empty slices alike
+				for _, p := range []*[]byte{&e.Client, &e.Topic, &e.Payload} {
+					if len(*p) == 0 {
+						*p = nil
+					}
+				}
+				return e
+			}
+			if !reflect.DeepEqual(norm(got), norm(tc.want)) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+			// Every strict prefix of a record without a free-length tail
+			// is refused.
+			if tc.want.Kind != KindPublish {
+				for n := range len(tc.rec) {
+					if _, err := DecodeEvent(tc.rec[:n]); err == nil {
+						t.Errorf("prefix of %d bytes decoded", n)
+					}
+				}
+			}
+		})
+	}
+	for _, bad := range [][]byte{nil, {'X', 0}, {KindTick}, append(appendClock(nil, KindTick, 1), 0)} {
+		if _, err := DecodeEvent(bad); !errors.Is(err, errEvent) {
+			t.Errorf("decodeEvent(%q) = %v, want errEvent", bad, err)
+		}
+	}
+}
+
+func TestDedupe(t *testing.T) {
+	d := NewDedupe(3, 2)
+	h := func(s string) uint64 { return ContentHash([]byte("t"), []byte(s)) }
+	d.Add([]byte("a"), 1, h("x"), 1)
+	d.Add([]byte("a"), 2, h("y"), 2)
+	if !d.Seen([]byte("a"), 1, h("x")) || d.Seen([]byte("a"), 1, h("y")) || d.Seen([]byte("b"), 1, h("x")) {
+		t.Fatal("lookup by client, packet id and content")
+	}
+	if ContentHash([]byte("ab"), []byte("c")) == ContentHash([]byte("a"), []byte("bc")) {
+		t.Error("topic/payload boundary not in the hash")
+	}
+	d.Add([]byte("a"), 3, h("z"), 3)
+	d.Add([]byte("a"), 4, h("w"), 4) // ring of 3: pid 1 falls out
+	if d.Seen([]byte("a"), 1, h("x")) || !d.Seen([]byte("a"), 2, h("y")) || !d.Seen([]byte("a"), 4, h("w")) {
+		t.Error("ring keeps the latest 3")
+	}
+	d.Add([]byte("b"), 1, h("x"), 5)
+	d.Add([]byte("c"), 1, h("x"), 6) // 2 rings at most: a (used at 4) goes
+	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 2 {
+		t.Errorf("rings %v: the least recently used should be evicted", d.Rings)
+	}
+}
+
+func TestCheckpointRoundTrip(t *testing.T) {
+	d := NewDedupe(2, 10)
+	d.Add([]byte("a"), 1, 11, 1)
+	d.Add([]byte("a"), 2, 22, 2)
+	d.Add([]byte("a"), 3, 33, 3) // wraps: next points at the oldest
+	c := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("state"), Sessions: map[string]Session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, Rings: d.Rings,
+		AwaitRel: PIDSets{"a": {7: true, 65535: true}},
+		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}}}
+	b := c.Encode()
+	got, err := DecodeCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Seq != 42 || got.Clock != -1 || string(got.Agg) != "state" || !reflect.DeepEqual(got.Sessions, c.Sessions) ||
+		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) {
+		t.Errorf("got %+v", got)
+	}
+	if r := got.Rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {
+		t.Errorf("ring %+v, want oldest first {2 22} {3 33}", r)
+	}
+	if !bytes.Equal(got.Encode(), b) {
+		t.Error("re-encoding differs")
+	}
+	// Encoding the snapshot in place gives the same bytes, for snapshots
+	// whose length takes one uvarint byte or several.
+	for _, size := range []int{5, 127, 128, 70000} {
+		snap := bytes.Repeat([]byte{7}, size)
+		c.Agg = snap
+		want := c.Encode()
+		c.Agg, c.Snapshot = nil, func(b []byte) []byte { return append(b, snap...) }
+		if got := c.Encode(); !bytes.Equal(got, want) {
+			t.Errorf("snapshot of %d bytes encoded in place differs", size)
+		}
+		c.Snapshot = nil
+	}
+
+	for n := range len(b) {
+		if _, err := DecodeCheckpoint(b[:n]); err == nil {
+			t.Fatalf("truncated checkpoint (%d of %d bytes) decoded", n, len(b))
+		}
+	}
+}
+
+// TestStateDB writes checkpoints with an aggregator whose closed windows
+// live in the state file, reads windows back, expires them, reopens the
+// file, and sets aside a file that is not a database.
+func TestStateDB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := OpenStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := aggregate.DefaultConfig()
+	cfg.MaxRetained = 1
+	cfg.AllowedLateness = 5 * time.Minute
+	var now time.Time
+	agg, err := aggregate.New(cfg, func() time.Time { return now }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg.SetStore(db)
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	for m := range 4 { // closes the windows of minutes 0, 1 and 2
+		now = t0.Add(time.Duration(m)*time.Minute + 10*time.Second)
+		agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: float64(m)})
+	}
+	written, deleted, err := db.Commit([]byte("cp1"), agg)
+	if err != nil || written != 3 || deleted != 0 {
+		t.Fatalf("commit: %d written, %d deleted, %v; want 3, 0", written, deleted, err)
+	}
+	w, ok, err := db.Load("d", "t", t0.Add(time.Minute).UnixNano())
+	if err != nil || !ok || w.Count != 1 || w.Sum != 1 || w.Revision != 1 {
+		t.Fatalf("Load minute 1: %+v %v %v", w, ok, err)
+	}
+	// A late reading for minute 0 is read from the file (RAM holds 1).
+	now = t0.Add(3*time.Minute + 30*time.Second)
+	if o := agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: t0.Add(time.Second), Value: 10}); o != aggregate.Revised {
+		t.Fatalf("late reading: %v, want revised", o)
+	}
+	// At 7:30 (watermark 7:25) minutes 0 and 1 are beyond the lateness.
+	now = t0.Add(7*time.Minute + 30*time.Second)
+	agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: 9})
+	written, deleted, err = db.Commit([]byte("cp2"), agg)
+	if err != nil || deleted != 2 {
+		t.Fatalf("second commit: %d written, %d deleted, %v; want minutes 0 and 1 deleted", written, deleted, err)
+	}
+	if _, ok, _ := db.Load("d", "t", t0.UnixNano()); ok {
+		t.Error("expired window still stored")
+	}
+	db.Close()
+
+	db, err = OpenStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp, err := db.Checkpoint(); err != nil || string(cp) != "cp2" {
+		t.Errorf("reopened: checkpoint %q, %v", cp, err)
+	}
+	if w, ok, _ := db.Load("d", "t", t0.Add(2*time.Minute).UnixNano()); !ok || w.Sum != 2 || w.Count != 1 {
+		t.Errorf("reopened: minute 2 = %+v, %v", w, ok)
+	}
+	db.Close()
+
+	os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600)
+	db, err = OpenStateDB(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("damaged state file: %v; want it set aside", err)
+	}
+	defer db.Close()
+	if cp, _ := db.Checkpoint(); cp != nil {
+		t.Error("fresh state file has a checkpoint")
+	}
+	if m, _ := filepath.Glob(path + ".damaged-*"); len(m) != 1 {
+		t.Errorf("damaged file not set aside: %v", m)
+	}
+}

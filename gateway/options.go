@@ -1,0 +1,34 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/sensors"
+	"periph.io/x/conn/v3/i2c"
+)
+
+// Options configures a Gateway. cmd/edgegate derives them from the
+// configuration file (configs.Config.GatewayOptions).
+type Options struct {
+	// DataDir holds the ingest journal (ingest/) and the state file
+	// (state/state.db).
+	DataDir string
+	// Topics are the reading topic patterns ({device}, {metric}); see
+	// package payload.
+	Topics     []string
+	MaxPayload int // bytes of one publication's payload
+	Aggregate  aggregate.Config
+	// FsyncInterval is the least time between two journal fsyncs;
+	// CheckpointInterval how often a checkpoint may be written.
+	FsyncInterval      time.Duration
+	CheckpointInterval time.Duration
+	Broker             broker.Options
+	// Sensors are the gateway's own I²C sensors, opened with OpenBus
+	// (periph's i2creg.Open); SensorTopic gives the topic a sensor's
+	// reading is journaled on.
+	Sensors     []sensors.Sensor
+	OpenBus     func(name string) (i2c.BusCloser, error)
+	SensorTopic func(device, metric string) string
+}
