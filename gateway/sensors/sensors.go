@@ -27,6 +27,7 @@ import (
 	"periph.io/x/conn/v3/i2c"
 
 	"github.com/edgegate/edgegate/devices"
+	"github.com/edgegate/edgegate/gateway/internal/lograte"
 )
 
 // Sensor is one chip to poll.
@@ -100,7 +101,7 @@ type state struct {
 	errors atomic.Uint64
 	mu     sync.Mutex
 	last   string
-	logs   limiter // only its goroutine uses it
+	logs   lograte.Limiter
 }
 
 // New checks o and returns a Poller for its sensors; nothing runs until
@@ -126,7 +127,7 @@ func New(o Options) (*Poller, error) {
 		if s.Every <= 0 {
 			return nil, fmt.Errorf("sensor %s: interval %s is not positive", name, s.Every)
 		}
-		p.sensors = append(p.sensors, &state{Sensor: s, driver: d, name: name})
+		p.sensors = append(p.sensors, &state{Sensor: s, driver: d, name: name, logs: lograte.Limiter{Every: logEvery}})
 	}
 	return p, nil
 }
@@ -165,7 +166,7 @@ func (p *Poller) run(ctx context.Context, st *state) {
 		st.mu.Lock()
 		st.last = err.Error()
 		st.mu.Unlock()
-		if ok, held := st.logs.allow(p.opt.Now(), logEvery); ok {
+		if ok, held := st.logs.Allow("sensor", p.opt.Now()); ok {
 			p.opt.Log.Warn("sensor failed; retrying", "sensor", st.name, "device", st.Device, "err", err, "retry_in", b.d, "suppressed_since_last", held)
 		}
 	}
@@ -279,24 +280,4 @@ func sleepTick(ctx context.Context, t *time.Ticker) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// limiter lets one log line through per interval and counts the ones it
-// held back.
-type limiter struct {
-	last time.Time
-	seen bool
-	held int
-}
-
-// allow reports whether to log now, and how many lines were held back
-// since the last one.
-func (l *limiter) allow(now time.Time, every time.Duration) (bool, int) {
-	if l.seen && now.Sub(l.last) < every {
-		l.held++
-		return false, 0
-	}
-	n := l.held
-	l.last, l.seen, l.held = now, true, 0
-	return true, n
 }
