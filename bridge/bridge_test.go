@@ -18,6 +18,7 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	wire "github.com/edgegate/edgegate/bridge/summary"
 )
 
 const (
@@ -95,7 +96,7 @@ func TestDeliversInOrderPerDevice(t *testing.T) {
 		for _, rh := range m.Headers {
 			h[string(rh.Key)] = string(rh.Value)
 		}
-		if h["edgegate-gateway"] != "gw-1" || h["edgegate-schema-version"] != strconv.Itoa(aggregate.SchemaVersion) || h["content-type"] != "application/json" {
+		if h["edgegate-gateway"] != "gw-1" || h["edgegate-schema-version"] != strconv.Itoa(wire.SchemaVersion) || h["content-type"] != "application/json" {
 			t.Errorf("headers %v", h)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	wire "github.com/edgegate/edgegate/bridge/summary"
 )
 
 // BenchmarkDrain measures how fast a backlog of b.N summaries drains from
@@ -80,7 +81,7 @@ func rawDrain(b *testing.B, addrs []string, txnID string) {
 	recs := make([]rec, b.N)
 	for i := range recs {
 		s := summary(fmt.Sprintf("dev-%03d", i%500), i/500)
-		recs[i] = rec{s.Key(), s.AppendJSON(nil)}
+		recs[i] = rec{wire.RecordKey(&s), wire.AppendJSON(nil, &s)}
 	}
 	b.ResetTimer()
 	start := time.Now()
