@@ -7,7 +7,9 @@
 // exponential backoff and jitter while the queue absorbs the backlog. The
 // delivered position is stored beside the queue after each batch. Delivery
 // is at-least-once: a batch whose outcome is unknown is sent again. The
-// package knows nothing of MQTT.
+// package knows nothing of MQTT, nor of sarama: records are opaque bytes,
+// the Producer is an interface, and package bridge/kafka implements it.
+// Package bridge/summary encodes the records' values.
 package bridge
 
 import (
@@ -58,6 +60,13 @@ type Producer interface {
 	Delivered(ctx context.Context) (pos Position, found bool, err error)
 	Close() error
 }
+
+// ErrFenced is what a Producer's Send returns (wrapped) when a
+// transactional producer has failed for good: another producer with the
+// same transactional id has taken over (another gateway runs with this
+// gateway's id), or the brokers refuse this gateway its transactional id.
+// Run then stops and returns it.
+var ErrFenced = errors.New("fenced: another gateway with the same gateway.id has taken over delivery (or Kafka refuses its transactional id)")
 
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)

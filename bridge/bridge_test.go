@@ -17,6 +17,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	wire "github.com/edgegate/edgegate/bridge/summary"
 )
@@ -119,7 +120,7 @@ func newForwarder(t *testing.T, o bridge.Options, brokers []string) *bridge.Forw
 	if o.MinBackoff == 0 {
 		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	}
-	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test"}))
+	f, err := bridge.NewForwarder(o, kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func txnForwarder(t *testing.T, dir string, brokers []string, o bridge.Options) 
 	if o.MinBackoff == 0 {
 		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	}
-	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test",
+	f, err := bridge.NewForwarder(o, kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "test",
 		TransactionalID: "edgegate-gw-1", OffsetsTopic: offsetsTopic, PositionKey: "gw-1"}))
 	if err != nil {
 		t.Fatal(err)

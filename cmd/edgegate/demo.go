@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/edgegate/edgegate/aggregate"
-	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
@@ -71,12 +71,12 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
 
-	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
 	if err != nil {
 		return fmt.Errorf("start in-process kafka: %w", err)
 	}
-	defer kafka.Close()
-	cfg.Kafka.Brokers = kafka.ListenAddrs()
+	defer cluster.Close()
+	cfg.Kafka.Brokers = cluster.ListenAddrs()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(ko), time.Now)
+	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
 	}

@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/edgegate/edgegate/bridge/kafka"
 )
 
 func TestMain(m *testing.M) {
+	kafka.DisableMetrics() // as main does
 	goleak.VerifyTestMain(m)
 }
 
