@@ -304,53 +304,26 @@ func (s *saramaProducer) Delivered(ctx context.Context) (bridge.Position, bool, 
 	if err != nil {
 		return bridge.Position{}, false, err
 	}
-	hwm, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetNewest)
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	oldest, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	if hwm <= oldest {
-		return bridge.Position{}, false, nil
-	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return bridge.Position{}, false, err
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
-	if err != nil {
-		return bridge.Position{}, false, err
-	}
-	defer pc.Close()
+	// Committed data ends before the partition's end (transaction markers
+	// take offsets too), so reading stops at the end or when nothing more
+	// comes for 250 ms.
 	var pos bridge.Position
 	found := false
-	for {
-		// Committed data ends before hwm (transaction markers take offsets
-		// too), so stop at hwm-1 or when nothing more comes.
-		idle := time.NewTimer(250 * time.Millisecond)
-		select {
-		case m := <-pc.Messages():
-			idle.Stop()
+	err = Read(ctx, client, ReadOptions{Topic: s.o.OffsetsTopic, Partitions: []int32{parts[part]}, ToEnd: true, Idle: 250 * time.Millisecond},
+		func(m *sarama.ConsumerMessage) error {
 			if string(m.Key) == s.o.PositionKey {
 				var pr positionRecord
 				if json.Unmarshal(m.Value, &pr) == nil {
 					pos, found = bridge.Position{Queue: pr.Queue, Next: pr.Position}, true
 				}
 			}
-			if m.Offset >= hwm-1 {
-				return pos, found, nil
-			}
-		case err := <-pc.Errors():
-			idle.Stop()
-			return bridge.Position{}, false, err
-		case <-idle.C:
-			return pos, found, nil
-		case <-ctx.Done():
-			idle.Stop()
-			return bridge.Position{}, false, ctx.Err()
-		}
+			return nil
+		})
+	if err == nil {
+		err = ctx.Err()
 	}
+	if err != nil {
+		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+	}
+	return pos, found, nil
 }
