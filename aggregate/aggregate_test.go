@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"testing"
@@ -454,26 +453,6 @@ func TestRetainedExpiry(t *testing.T) {
 	// (end + 120 s > 536): those ending 420 and 480.
 	if got, want := a.Retained(), 2; got != want {
 		t.Errorf("retained %d, want %d", got, want)
-	}
-}
-
-func TestSummaryJSONMatchesEncodingJSON(t *testing.T) {
-	s := Summary{
-		ID: "00112233445566778899aabbccddeeff", Gateway: "gw<1>&", Device: "dev \"q\"\n\t\x01é\u2028",
-		Metric: "temp_c", Unit: "°C", WindowStart: base, WindowEnd: base.Add(time.Minute),
-		Count: 3, Min: -1e-7, Max: 1e21, Sum: 123.456, Mean: 0.1, First: -0, Last: 1e20, Stddev: 2.5e-9,
-		Revision: 2, Late: 1,
-	}
-	want, err := json.Marshal(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := s.AppendJSON(nil); string(got) != string(want) {
-		t.Errorf("AppendJSON:\n got %s\nwant %s", got, want)
-	}
-	var back Summary
-	if err := json.Unmarshal(s.AppendJSON(nil), &back); err != nil || back != s {
-		t.Errorf("round trip: %v\n got %+v\nwant %+v", err, back, s)
 	}
 }
 

@@ -7,7 +7,9 @@
 // exponential backoff and jitter while the queue absorbs the backlog. The
 // delivered position is stored beside the queue after each batch. Delivery
 // is at-least-once: a batch whose outcome is unknown is sent again. The
-// package knows nothing of MQTT.
+// package knows nothing of MQTT, nor of sarama: records are opaque bytes,
+// the Producer is an interface, and package bridge/kafka implements it.
+// Package bridge/summary encodes the records' values.
 package bridge
 
 import (
@@ -58,6 +60,13 @@ type Producer interface {
 	Delivered(ctx context.Context) (pos Position, found bool, err error)
 	Close() error
 }
+
+// ErrFenced is what a Producer's Send returns (wrapped) when a
+// transactional producer has failed for good: another producer with the
+// same transactional id has taken over (another gateway runs with this
+// gateway's id), or the brokers refuse this gateway its transactional id.
+// Run then stops and returns it.
+var ErrFenced = errors.New("fenced: another gateway with the same gateway.id has taken over delivery (or Kafka refuses its transactional id)")
 
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)
@@ -191,14 +200,6 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	return f, nil
 }
 
-// Headers returned for every record the gateway produces; consumers
-// decode them with package summary.
-const (
-	HeaderGateway     = summary.HeaderGateway
-	HeaderSchema      = summary.HeaderSchema
-	HeaderContentType = summary.HeaderContentType
-)
-
 // lastMark reads the mark of the last record in the queue. The record
 // before the delivered position is kept on disk for this (see commit).
 func lastMark(q *queue.Log) (Mark, error) {
@@ -238,38 +239,39 @@ func (f *Forwarder) Sync() error {
 	return nil
 }
 
-// Summary enqueues a summary record: key gateway/device, JSON value. m
-// names what produced it (zero for none).
+// Summary enqueues a summary record, encoded by package summary: key
+// gateway/device, JSON value, the contract's headers. m names what
+// produced it (zero for none).
 func (f *Forwarder) Summary(s aggregate.Summary, m Mark) {
 	f.Enqueue(Record{
-		Topic: f.opts.SummariesTopic,
-		Key:   s.Key(),
-		Value: s.AppendJSON(make([]byte, 0, 384)),
-		Headers: []Header{
-			{HeaderGateway, f.opts.Gateway},
-			{HeaderSchema, strconv.Itoa(aggregate.SchemaVersion)},
-			{HeaderContentType, "application/json"},
-		},
+		Topic:   f.opts.SummariesTopic,
+		Key:     summary.RecordKey(&s),
+		Value:   summary.AppendJSON(make([]byte, 0, 384), &s),
+		Headers: f.headers(summary.SchemaVersion),
 	}, m)
 }
 
-// DeadLetter enqueues a dead-letter record. m names what produced it.
+// DeadLetter enqueues a dead-letter record, encoded by package summary,
+// with this gateway's id. m names what produced it.
 func (f *Forwarder) DeadLetter(d DeadLetter, m Mark) {
-	d.Gateway = f.opts.Gateway
-	key := f.opts.Gateway
-	if d.Device != "" {
-		key += "/" + d.Device
-	}
+	w := d.wire()
+	w.Gateway = f.opts.Gateway
 	f.Enqueue(Record{
-		Topic: f.opts.DeadletterTopic,
-		Key:   []byte(key),
-		Value: d.AppendJSON(nil),
-		Headers: []Header{
-			{HeaderGateway, f.opts.Gateway},
-			{HeaderSchema, strconv.Itoa(DeadLetterSchemaVersion)},
-			{HeaderContentType, "application/json"},
-		},
+		Topic:   f.opts.DeadletterTopic,
+		Key:     w.RecordKey(),
+		Value:   w.AppendJSON(nil),
+		Headers: f.headers(summary.DeadLetterSchemaVersion),
 	}, m)
+}
+
+// headers returns the headers of a record the gateway produces (package
+// summary names them).
+func (f *Forwarder) headers(schema int) []Header {
+	return []Header{
+		{summary.HeaderGateway, f.opts.Gateway},
+		{summary.HeaderSchema, strconv.Itoa(schema)},
+		{summary.HeaderContentType, summary.ContentType},
+	}
 }
 
 // Enqueue writes a record to the queue (durable within SyncInterval, or

@@ -17,7 +17,9 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	wire "github.com/edgegate/edgegate/bridge/summary"
 )
 
 const (
@@ -95,7 +97,7 @@ func TestDeliversInOrderPerDevice(t *testing.T) {
 		for _, rh := range m.Headers {
 			h[string(rh.Key)] = string(rh.Value)
 		}
-		if h["edgegate-gateway"] != "gw-1" || h["edgegate-schema-version"] != strconv.Itoa(aggregate.SchemaVersion) || h["content-type"] != "application/json" {
+		if h["edgegate-gateway"] != "gw-1" || h["edgegate-schema-version"] != strconv.Itoa(wire.SchemaVersion) || h["content-type"] != "application/json" {
 			t.Errorf("headers %v", h)
 		}
 	}
@@ -118,7 +120,7 @@ func newForwarder(t *testing.T, o bridge.Options, brokers []string) *bridge.Forw
 	if o.MinBackoff == 0 {
 		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	}
-	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test"}))
+	f, err := bridge.NewForwarder(o, kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "test"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +266,7 @@ func txnForwarder(t *testing.T, dir string, brokers []string, o bridge.Options) 
 	if o.MinBackoff == 0 {
 		o.MinBackoff, o.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
 	}
-	f, err := bridge.NewForwarder(o, bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "test",
+	f, err := bridge.NewForwarder(o, kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "test",
 		TransactionalID: "edgegate-gw-1", OffsetsTopic: offsetsTopic, PositionKey: "gw-1"}))
 	if err != nil {
 		t.Fatal(err)

@@ -1,20 +1,16 @@
 package bridge
 
 import (
-	"encoding/base64"
 	"time"
-	"unicode/utf8"
 
 	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge/summary"
 )
-
-// DeadLetterSchemaVersion is the version of the dead-letter record's JSON
-// schema.
-const DeadLetterSchemaVersion = 1
 
 // DeadLetter is input that did not become part of a summary, with the
 // reason. Either the raw payload (it could not be decoded) or the decoded
-// reading (it was refused by the windowing rules) is set.
+// reading (it was refused by the windowing rules) is set. Forwarder.
+// DeadLetter encodes it as a summary.DeadLetter.
 type DeadLetter struct {
 	Gateway    string
 	Reason     string // stable machine-readable reason, e.g. "too_late", "invalid_json"
@@ -30,52 +26,15 @@ type DeadLetter struct {
 	Reading    aggregate.Reading
 }
 
-// AppendJSON appends the dead letter as one JSON object:
-//
-//	{"gateway","reason","detail","source","topic","client","received_at",
-//	 "payload" (text, when valid UTF-8) or "payload_base64",
-//	 "device","metric","unit","time","value" (when a reading was decoded)}
-func (d *DeadLetter) AppendJSON(b []byte) []byte {
-	field := func(name, v string) {
-		b = append(b, ',', '"')
-		b = append(b, name...)
-		b = append(b, '"', ':')
-		b = aggregate.AppendJSONString(b, v)
-	}
-	b = append(b, `{"gateway":`...)
-	b = aggregate.AppendJSONString(b, d.Gateway)
-	field("reason", d.Reason)
-	if d.Detail != "" {
-		field("detail", d.Detail)
-	}
-	if d.Source != "" {
-		field("source", d.Source)
-	}
-	if d.Topic != "" {
-		field("topic", d.Topic)
-	}
-	if d.Client != "" {
-		field("client", d.Client)
-	}
-	field("received_at", d.ReceivedAt.UTC().Format(time.RFC3339Nano))
-	if d.Payload != nil {
-		if utf8.Valid(d.Payload) {
-			field("payload", string(d.Payload))
-		} else {
-			field("payload_base64", base64.StdEncoding.EncodeToString(d.Payload))
-		}
-	}
-	if d.Device != "" {
-		field("device", d.Device)
+// wire returns the dead letter as package summary encodes it.
+func (d *DeadLetter) wire() summary.DeadLetter {
+	w := summary.DeadLetter{
+		Gateway: d.Gateway, Reason: d.Reason, Detail: d.Detail, Source: d.Source, Topic: d.Topic,
+		Client: d.Client, Device: d.Device, ReceivedAt: d.ReceivedAt, Payload: d.Payload,
+		HasReading: d.HasReading,
 	}
 	if d.HasReading {
-		field("metric", d.Reading.Metric)
-		if d.Reading.Unit != "" {
-			field("unit", d.Reading.Unit)
-		}
-		field("time", d.Reading.Time.UTC().Format(time.RFC3339Nano))
-		b = append(b, `,"value":`...)
-		b = aggregate.AppendFloat(b, d.Reading.Value)
+		w.Metric, w.Unit, w.Time, w.Value = d.Reading.Metric, d.Reading.Unit, d.Reading.Time, d.Reading.Value
 	}
-	return append(b, '}')
+	return w
 }

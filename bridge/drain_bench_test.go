@@ -9,7 +9,9 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	wire "github.com/edgegate/edgegate/bridge/summary"
 )
 
 // BenchmarkDrain measures how fast a backlog of b.N summaries drains from
@@ -28,12 +30,12 @@ func BenchmarkDrain(b *testing.B) {
 				rawDrain(b, addrs, "raw-txn")
 				return
 			}
-			ko := bridge.KafkaOptions{Brokers: addrs, ClientID: "bench"}
+			ko := kafka.Options{Brokers: addrs, ClientID: "bench"}
 			if mode == "forwarder-exactly-once" {
 				ko.TransactionalID, ko.OffsetsTopic, ko.PositionKey = "edgegate-bench", offsetsTopic, "bench"
 			}
 			f, err := bridge.NewForwarder(bridge.Options{Gateway: "bench", SummariesTopic: summaries, DeadletterTopic: dead,
-				Dir: b.TempDir(), MaxBytes: 4 << 30}, bridge.NewKafkaConnector(ko))
+				Dir: b.TempDir(), MaxBytes: 4 << 30}, kafka.NewConnector(ko))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,7 +70,7 @@ func BenchmarkDrain(b *testing.B) {
 // rawDrain sends b.N summaries with a bare sarama async producer, streaming;
 // with a transactional id, in transactions of 10,000 records.
 func rawDrain(b *testing.B, addrs []string, txnID string) {
-	cfg := bridge.SaramaConfig(bridge.KafkaOptions{ClientID: "raw", TransactionalID: txnID})
+	cfg := kafka.SaramaConfig(kafka.Options{ClientID: "raw", TransactionalID: txnID})
 	p, err := sarama.NewAsyncProducer(addrs, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -80,7 +82,7 @@ func rawDrain(b *testing.B, addrs []string, txnID string) {
 	recs := make([]rec, b.N)
 	for i := range recs {
 		s := summary(fmt.Sprintf("dev-%03d", i%500), i/500)
-		recs[i] = rec{s.Key(), s.AppendJSON(nil)}
+		recs[i] = rec{wire.RecordKey(&s), wire.AppendJSON(nil, &s)}
 	}
 	b.ResetTimer()
 	start := time.Now()

@@ -1,5 +1,6 @@
 // Package kafkatest starts real Kafka-protocol brokers (kfake) for tests and
-// reads topics back through sarama, as a central consumer would.
+// reads topics back through sarama, as a central consumer would (with
+// bridge/kafka's Read).
 package kafkatest
 
 import (
@@ -11,6 +12,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/edgegate/edgegate/bridge/kafka"
 )
 
 // Start runs an in-process kfake cluster with the topics (one partition
@@ -52,8 +55,8 @@ func Addr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p
 
 // Consume reads every partition of topic from the beginning with
 // read_committed isolation until want messages have arrived or timeout
-// passes, and returns them in partition, offset order. It fails the test on
-// timeout.
+// passes, and returns them in the order they arrived (offset order within
+// a partition). It fails the test on timeout.
 func Consume(t testing.TB, brokers []string, topic string, want int, timeout time.Duration) []*sarama.ConsumerMessage {
 	t.Helper()
 	msgs, err := ConsumeN(brokers, topic, want, timeout)
@@ -67,79 +70,49 @@ func Consume(t testing.TB, brokers []string, topic string, want int, timeout tim
 // error when fewer than want arrived in time. It reads a little past want
 // (200 ms without news) so that extra records show up as a surplus.
 func ConsumeN(brokers []string, topic string, want int, timeout time.Duration) ([]*sarama.ConsumerMessage, error) {
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V2_8_0_0
-	return ConsumeWith(cfg, brokers, topic, want, timeout)
+	return ConsumeWith(kafka.ReadConfig(""), brokers, topic, want, timeout)
 }
 
 // ConsumeWith is ConsumeN with a base configuration (for TLS or SASL);
-// it sets read_committed isolation.
+// it sets read_committed isolation. Fetch errors are left to sarama, which
+// retries them: a test reads what arrives in time.
 func ConsumeWith(cfg *sarama.Config, brokers []string, topic string, want int, timeout time.Duration) ([]*sarama.ConsumerMessage, error) {
 	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cfg.Consumer.Return.Errors = true
+	cfg.Consumer.Return.Errors = false
 	cfg.Consumer.Fetch.Max = 1 << 20
-	c, err := sarama.NewConsumer(brokers, cfg)
+	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
-	parts, err := c.Partitions(topic)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan *sarama.ConsumerMessage, 1024)
-	var pcs []sarama.PartitionConsumer
-	for _, p := range parts {
-		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return nil, err
-		}
-		pcs = append(pcs, pc)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	for _, pc := range pcs {
-		go func(pc sarama.PartitionConsumer) {
-			for {
-				select {
-				case m, ok := <-pc.Messages():
-					if !ok {
-						return
-					}
-					select {
-					case out <- m:
-					case <-ctx.Done():
-						return
-					}
-				case <-ctx.Done():
-					return
-				}
-			}
-		}(pc)
+	// Once want have arrived, stop after 200 ms without news.
+	const settle = 200 * time.Millisecond
+	var quiet *time.Timer
+	if want <= 0 {
+		quiet = time.AfterFunc(settle, cancel)
 	}
-	defer func() {
-		cancel()
-		for _, pc := range pcs {
-			pc.Close()
-		}
-	}()
 	var msgs []*sarama.ConsumerMessage
-	deadline := time.After(timeout)
-	for {
-		quiet := time.After(200 * time.Millisecond)
-		if len(msgs) < want {
-			quiet = nil
+	err = kafka.Read(ctx, client, kafka.ReadOptions{Topic: topic}, func(m *sarama.ConsumerMessage) error {
+		msgs = append(msgs, m)
+		switch {
+		case len(msgs) < want:
+		case quiet == nil:
+			quiet = time.AfterFunc(settle, cancel)
+		default:
+			quiet.Reset(settle)
 		}
-		select {
-		case m := <-out:
-			msgs = append(msgs, m)
-		case <-quiet:
-			return msgs, nil
-		case <-deadline:
-			if len(msgs) >= want {
-				return msgs, nil
-			}
-			return msgs, context.DeadlineExceeded
-		}
+		return nil
+	})
+	if quiet != nil {
+		quiet.Stop()
 	}
+	if err != nil {
+		return msgs, err
+	}
+	if len(msgs) < want {
+		return msgs, context.DeadlineExceeded
+	}
+	return msgs, nil
 }

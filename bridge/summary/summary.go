@@ -1,13 +1,23 @@
-// Package summary is for programs that consume edgegate's summaries from
-// Kafka: it decodes a record (value and headers), validates it, and merges
-// revisions so that the highest revision of each window wins.
+// Package summary is the wire contract of the records edgegate writes to
+// Kafka, in one place: the gateway encodes with it and the programs that
+// consume the records decode with it.
 //
-// A summary's JSON is described for other languages by summary.schema.json
-// in this directory (JSON Schema 2020-12). Records carry three headers:
-// edgegate-gateway, edgegate-schema-version (1) and content-type
-// (application/json). The record key is "<gateway>/<device>", so a device's
-// summaries are on one partition, in window order; a late reading adds a
-// revision of its window, which covers every reading of the window so far.
+// A summary record (value: the JSON object of AppendJSON, described for
+// other languages by summary.schema.json in this directory, JSON Schema
+// 2020-12) carries three headers: edgegate-gateway, edgegate-schema-version
+// (SchemaVersion) and content-type (application/json). Its key is
+// "<gateway>/<device>" (RecordKey), so a device's summaries are on one
+// partition, in window order; a late reading adds a revision of its window,
+// which covers every reading of the window so far. Each revision has a
+// deterministic id (ID) to deduplicate by.
+//
+// For consumers, Decode checks a record's headers and decodes its value,
+// Validate checks a summary's consistency, and Merged keeps the highest
+// revision of each window. Dead-letter records (DeadLetter) are encoded
+// here too.
+//
+// The package imports only the standard library and package aggregate
+// (for the Summary struct), so that consumers stay lean.
 package summary
 
 import (
@@ -24,18 +34,9 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 )
 
-// Summary is the record value; see aggregate.Summary for its fields.
+// Summary is the record value; see aggregate.Summary for its fields, and
+// AppendJSON for its encoding.
 type Summary = aggregate.Summary
-
-// Header names.
-const (
-	HeaderGateway     = "edgegate-gateway"
-	HeaderSchema      = "edgegate-schema-version"
-	HeaderContentType = "content-type"
-)
-
-// SchemaVersion is the newest schema version this package reads.
-const SchemaVersion = aggregate.SchemaVersion
 
 // Header is a Kafka record header.
 type Header struct{ Key, Value []byte }
@@ -49,7 +50,7 @@ func Decode(value []byte, headers []Header) (Summary, error) {
 	for _, h := range headers {
 		switch string(h.Key) {
 		case HeaderContentType:
-			if ct := string(h.Value); ct != "application/json" {
+			if ct := string(h.Value); ct != ContentType {
 				return s, fmt.Errorf("content type %q: only application/json is decoded", ct)
 			}
 		case HeaderSchema:
@@ -132,7 +133,7 @@ func Validate(s Summary) error {
 	if s.Late < 0 || s.Late > s.Count {
 		add("late %d is outside [0, count %d]", s.Late, s.Count)
 	}
-	if want := aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, s.Revision); s.ID != want {
+	if want := ID(s.Gateway, s.Device, s.Metric, s.WindowStart, s.Revision); s.ID != want {
 		add("id %q is not the id of this gateway, device, metric, window and revision (%s)", s.ID, want)
 	}
 	if len(p) > 0 {

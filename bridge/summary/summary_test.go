@@ -10,7 +10,6 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge/summary"
 )
 
@@ -23,12 +22,12 @@ func valid(dev string, minute, rev int) summary.Summary {
 	if rev > 0 {
 		s.Late = 1
 	}
-	s.ID = aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, rev)
+	s.ID = summary.ID(s.Gateway, s.Device, s.Metric, s.WindowStart, rev)
 	return s
 }
 
 // encode writes s as the gateway does.
-func encode(s summary.Summary) string { return string(s.AppendJSON(nil)) }
+func encode(s summary.Summary) string { return string(summary.AppendJSON(nil, &s)) }
 
 func headers(kv ...string) []summary.Header {
 	var h []summary.Header
@@ -82,7 +81,7 @@ func TestValidate(t *testing.T) {
 		{"valid", func(*summary.Summary) {}, ""},
 		{"valid revision", func(s *summary.Summary) {
 			s.Revision, s.Late = 2, 1
-			s.ID = aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, 2)
+			s.ID = summary.ID(s.Gateway, s.Device, s.Metric, s.WindowStart, 2)
 		}, ""},
 		{"empty device", func(s *summary.Summary) { s.Device = "" }, "device is empty"},
 		{"empty window", func(s *summary.Summary) { s.WindowEnd = s.WindowStart }, "is not after window_start"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/bridge/summary"
 )
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
@@ -23,7 +24,7 @@ func sum(dev string, w, rev int) aggregate.Summary {
 		s.Late = int64(rev)
 	}
 	s.Mean = s.Sum / float64(s.Count)
-	s.ID = aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, rev)
+	s.ID = summary.ID(s.Gateway, s.Device, s.Metric, s.WindowStart, rev)
 	return s
 }
 
@@ -50,7 +51,7 @@ func produceTo(t testing.TB, brokers []string, topic string, partition int32, ss
 	defer p.Close()
 	var msgs []*sarama.ProducerMessage
 	for _, s := range ss {
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: partition, Key: sarama.ByteEncoder(s.Key()), Value: sarama.ByteEncoder(s.AppendJSON(nil)),
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Partition: partition, Key: sarama.ByteEncoder(summary.RecordKey(&s)), Value: sarama.ByteEncoder(summary.AppendJSON(nil, &s)),
 			Headers: []sarama.RecordHeader{{Key: []byte("edgegate-gateway"), Value: []byte(s.Gateway)}, {Key: []byte("edgegate-schema-version"), Value: []byte("1")},
 				{Key: []byte("content-type"), Value: []byte("application/json")}}})
 	}
@@ -129,7 +130,7 @@ func TestTail(t *testing.T) {
 	}
 	var want bytes.Buffer
 	for _, s := range []aggregate.Summary{sum("a", 0, 0), sum("a", 1, 0), sum("a", 0, 1)} {
-		want.Write(append(s.AppendJSON(nil), '\n'))
+		want.Write(append(summary.AppendJSON(nil, &s), '\n'))
 	}
 	if out.String() != want.String() {
 		t.Errorf("tail --json:\n%s\nwant\n%s", out.String(), want.String())

@@ -23,14 +23,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	metrics "github.com/rcrowley/go-metrics"
-)
 
-func init() {
-	// sarama's go-metrics meters tick in a goroutine that never stops;
-	// edgecat reports what it needs itself.
-	metrics.UseNilMetrics = true
-}
+	"github.com/edgegate/edgegate/bridge/kafka"
+)
 
 const usage = `edgecat: read edgegate's summaries from Kafka
 
@@ -47,6 +42,9 @@ Run "edgecat COMMAND -h" for a command's flags.
 var errFindings = errors.New("defects found")
 
 func main() {
+	// sarama's go-metrics meters tick in a goroutine that never stops;
+	// edgecat reports what it needs itself.
+	kafka.DisableMetrics()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))

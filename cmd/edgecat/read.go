@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/summary"
 )
 
@@ -60,119 +60,11 @@ func readFrom(ctx context.Context, k *kafkaFlags, client sarama.Client, starts m
 	return consume(ctx, k, client, parts, starts, readOptions{toEnd: true, idle: 2 * time.Second}, fn)
 }
 
+// consume reads the partitions from their start offsets with
+// bridge/kafka's reader, decoding each message.
 func consume(ctx context.Context, k *kafkaFlags, client sarama.Client, parts []int32, starts map[int32]int64, o readOptions, fn func(record) error) error {
-	var err error
-	if o.toEnd && o.idle <= 0 {
-		o.idle = 2 * time.Second
-	}
-	ends := map[int32]int64{}
-	if o.toEnd {
-		for _, p := range parts {
-			if ends[p], err = client.GetOffset(k.topic, p, sarama.OffsetNewest); err != nil {
-				return fmt.Errorf("end offset of %s/%d: %w", k.topic, p, err)
-			}
-		}
-	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return err
-	}
-	defer consumer.Close()
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type item struct {
-		m    *sarama.ConsumerMessage
-		err  error
-		done int32 // partition finished (toEnd)
-	}
-	ch := make(chan item, 256)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	active := 0
-	for _, p := range parts {
-		if o.toEnd {
-			first, err := client.GetOffset(k.topic, p, sarama.OffsetOldest)
-			if err != nil {
-				return fmt.Errorf("first offset of %s/%d: %w", k.topic, p, err)
-			}
-			if ends[p] <= first || (starts[p] >= 0 && starts[p] >= ends[p]) || starts[p] == sarama.OffsetNewest {
-				continue // nothing to read
-			}
-		}
-		pc, err := consumer.ConsumePartition(k.topic, p, starts[p])
-		if err != nil {
-			return fmt.Errorf("consume %s/%d: %w", k.topic, p, err)
-		}
-		active++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer pc.Close()
-			send := func(it item) bool {
-				select {
-				case ch <- it:
-					return true
-				case <-rctx.Done():
-					return false
-				}
-			}
-			// With toEnd, a partition is done at its end offset, or after
-			// idle without records (a transaction still open there).
-			var quiet <-chan time.Time
-			var t *time.Timer
-			if o.toEnd {
-				t = time.NewTimer(o.idle)
-				defer t.Stop()
-				quiet = t.C
-			}
-			for {
-				select {
-				case m := <-pc.Messages():
-					if !send(item{m: m}) {
-						return
-					}
-					if o.toEnd {
-						if m.Offset >= ends[p]-1 {
-							send(item{done: p + 1})
-							return
-						}
-						t.Reset(o.idle)
-					}
-				case e := <-pc.Errors():
-					send(item{err: e})
-					return
-				case <-quiet:
-					send(item{done: p + 1})
-					return
-				case <-rctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	if o.toEnd && active == 0 {
-		return nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case it := <-ch:
-			switch {
-			case it.err != nil:
-				return fmt.Errorf("read %s: %w", k.topic, it.err)
-			case it.done != 0:
-				if active--; active == 0 {
-					return nil
-				}
-				continue
-			}
-			if err := fn(decode(it.m)); err != nil {
-				return err
-			}
-		}
-	}
+	return kafka.Read(ctx, client, kafka.ReadOptions{Topic: k.topic, Partitions: parts, Start: starts, ToEnd: o.toEnd, Idle: o.idle},
+		func(m *sarama.ConsumerMessage) error { return fn(decode(m)) })
 }
 
 // decode turns a message into a record; a bad one carries its error.

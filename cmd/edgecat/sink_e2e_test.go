@@ -288,7 +288,7 @@ func produceErr(brokers []string, ss []aggregate.Summary) {
 	defer p.Close()
 	var msgs []*sarama.ProducerMessage
 	for _, s := range ss {
-		msgs = append(msgs, &sarama.ProducerMessage{Topic: "edge.summaries", Key: sarama.ByteEncoder(s.Key()), Value: sarama.ByteEncoder(s.AppendJSON(nil))})
+		msgs = append(msgs, &sarama.ProducerMessage{Topic: "edge.summaries", Key: sarama.ByteEncoder(summary.RecordKey(&s)), Value: sarama.ByteEncoder(summary.AppendJSON(nil, &s))})
 	}
 	p.SendMessages(msgs)
 }
@@ -414,7 +414,7 @@ func TestSinkFencing(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s := newSink(pool, log, "fence", "g", "edge.summaries", 100, time.Second)
 	msg := func(off int64, x aggregate.Summary) *sarama.ConsumerMessage {
-		return &sarama.ConsumerMessage{Topic: "edge.summaries", Partition: 0, Offset: off, Value: x.AppendJSON(nil)}
+		return &sarama.ConsumerMessage{Topic: "edge.summaries", Partition: 0, Offset: off, Value: summary.AppendJSON(nil, &x)}
 	}
 	old := &fakeSession{member: "old", gen: 1, claims: map[string][]int32{"edge.summaries": {0}}, reset: map[int32]int64{}}
 	if err := s.Setup(old); err != nil {

@@ -9,6 +9,8 @@ import (
 	"path"
 	"strconv"
 	"time"
+
+	"github.com/edgegate/edgegate/bridge/summary"
 )
 
 // errEnough stops reading once tail has printed --max summaries.
@@ -55,7 +57,7 @@ func cmdTail(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nil
 		}
 		if *asJSON {
-			stdout.Write(append(s.AppendJSON(nil), '\n'))
+			stdout.Write(append(summary.AppendJSON(nil, &s), '\n'))
 		} else {
 			rev := strconv.Itoa(s.Revision)
 			if s.Late > 0 {

@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/edgegate/edgegate/aggregate"
-	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
@@ -71,12 +71,12 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
 
-	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
 	if err != nil {
 		return fmt.Errorf("start in-process kafka: %w", err)
 	}
-	defer kafka.Close()
-	cfg.Kafka.Brokers = kafka.ListenAddrs()
+	defer cluster.Close()
+	cfg.Kafka.Brokers = cluster.ListenAddrs()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(ko), time.Now)
+	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
 	}
@@ -172,65 +172,34 @@ func (v *viewer) records() uint64 {
 }
 
 func (v *viewer) run(ctx context.Context, brokers []string, topic string) error {
-	cfg := sarama.NewConfig()
-	cfg.Version = sarama.V2_8_0_0
-	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
+	cfg := kafka.ReadConfig("")
 	cfg.Consumer.MaxWaitTime = 100 * time.Millisecond
-	c, err := sarama.NewConsumer(brokers, cfg)
+	cfg.Consumer.Return.Errors = false // the viewer keeps going while sarama retries
+	client, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	parts, err := c.Partitions(topic)
+	defer client.Close()
+	parts, err := client.Partitions(topic)
 	if err != nil {
 		return err
 	}
-	msgs := make(chan *sarama.ConsumerMessage)
-	var wg sync.WaitGroup
-	for _, part := range parts {
-		pc, err := c.ConsumePartition(topic, part, sarama.OffsetOldest)
-		if err != nil {
-			return err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer pc.Close()
-			for {
-				select {
-				case m := <-pc.Messages():
-					select {
-					case msgs <- m:
-					case <-ctx.Done():
-						return
-					}
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	defer wg.Wait()
 	const row = "%-17s  %-10s  %-9s  %-4s  %5v  %10v  %10v  %10v  %10v  %3v\n"
 	fmt.Fprintf(v.out, row, "window (UTC)", "device", "metric", "unit", "count", "min", "max", "mean", "last", "rev")
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case m := <-msgs:
-			var s aggregate.Summary
-			if err := json.Unmarshal(m.Value, &s); err != nil {
-				fmt.Fprintf(v.out, "undecodable record: %v\n", err)
-			} else {
-				g := func(f float64) string { return strconv.FormatFloat(f, 'g', 7, 64) }
-				fmt.Fprintf(v.out, row, s.WindowStart.UTC().Format("15:04:05")+"-"+s.WindowEnd.UTC().Format("15:04:05"),
-					s.Device, s.Metric, s.Unit, s.Count, g(s.Min), g(s.Max), g(s.Mean), g(s.Last), s.Revision)
-			}
-			v.mu.Lock()
-			v.n++
-			v.mu.Unlock()
+	return kafka.Read(ctx, client, kafka.ReadOptions{Topic: topic, Partitions: parts}, func(m *sarama.ConsumerMessage) error {
+		var s aggregate.Summary
+		if err := json.Unmarshal(m.Value, &s); err != nil {
+			fmt.Fprintf(v.out, "undecodable record: %v\n", err)
+		} else {
+			g := func(f float64) string { return strconv.FormatFloat(f, 'g', 7, 64) }
+			fmt.Fprintf(v.out, row, s.WindowStart.UTC().Format("15:04:05")+"-"+s.WindowEnd.UTC().Format("15:04:05"),
+				s.Device, s.Metric, s.Unit, s.Count, g(s.Min), g(s.Max), g(s.Mean), g(s.Last), s.Revision)
 		}
-	}
+		v.mu.Lock()
+		v.n++
+		v.mu.Unlock()
+		return nil
+	})
 }
 
 func host(addr string) string {

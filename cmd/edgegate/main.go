@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/configs"
 )
 
@@ -46,6 +47,10 @@ Run "edgegate COMMAND -h" for a command's flags.
 const defaultGCPercent = 50
 
 func main() {
+	// sarama records its metrics in go-metrics, whose meters tick in a
+	// goroutine that never stops and cost CPU on a small gateway. The
+	// gateway reports its own metrics, so turn them off.
+	kafka.DisableMetrics()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}

@@ -13,9 +13,12 @@ import (
 
 	"github.com/edgegate/edgegate/gateway"
 	"go.uber.org/goleak"
+
+	"github.com/edgegate/edgegate/bridge/kafka"
 )
 
 func TestMain(m *testing.M) {
+	kafka.DisableMetrics() // as main does
 	goleak.VerifyTestMain(m)
 }
 

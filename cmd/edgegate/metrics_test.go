@@ -13,7 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
 )
@@ -37,7 +37,7 @@ func runPipeline(t *testing.T, id string) (context.Context, *pipeline) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPipeline(&cfg, log, bridge.NewKafkaConnector(ko), time.Now)
+	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
 	"periph.io/x/conn/v3/i2c/i2creg"
@@ -45,7 +45,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	p, err := newPipeline(cfg, log, bridge.NewKafkaConnector(ko), time.Now)
+	p, err := newPipeline(cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		return err
 	}
@@ -78,8 +78,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 
 // kafkaOptions derives the producer's options from the configuration,
 // reading the TLS files and the SASL password.
-func kafkaOptions(cfg *configs.Config, clientID string) (bridge.KafkaOptions, error) {
-	o := bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: clientID}
+func kafkaOptions(cfg *configs.Config, clientID string) (kafka.Options, error) {
+	o := kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: clientID}
 	if cfg.Kafka.ExactlyOnce {
 		o.TransactionalID = cfg.TransactionalID()
 		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
@@ -94,7 +94,7 @@ func kafkaOptions(cfg *configs.Config, clientID string) (bridge.KafkaOptions, er
 		if err != nil {
 			return o, err
 		}
-		o.SASL = &bridge.SASL{Mechanism: m, User: cfg.Kafka.SASL.Username, Password: pw}
+		o.SASL = &kafka.SASL{Mechanism: m, User: cfg.Kafka.SASL.Username, Password: pw}
 	}
 	return o, nil
 }
@@ -285,23 +285,5 @@ func kafkaTLS(c configs.KafkaTLS) (*tls.Config, error) {
 	if !c.Enabled {
 		return nil, nil
 	}
-	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName}
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls.ca_file: %w", err)
-		}
-		t.RootCAs = x509.NewCertPool()
-		if !t.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("kafka.tls.ca_file %s: no PEM certificate in it", c.CAFile)
-		}
-	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("kafka.tls: load client certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
-		}
-		t.Certificates = []tls.Certificate{cert}
-	}
-	return t, nil
+	return kafka.NewTLSConfig(kafka.TLSFiles{CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, ServerName: c.ServerName})
 }

@@ -30,10 +30,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/edgegate/edgegate/bridge/kafka"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
 func main() {
+	// sarama (verify reads Kafka with it) records metrics in go-metrics,
+	// whose meters tick in a goroutine that never stops; edgesim does not
+	// report them.
+	kafka.DisableMetrics()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
@@ -66,7 +67,7 @@ func runScenario(t *testing.T, name string) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
 		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
-		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: brokers, ClientID: "sim-e2e",
+		kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "sim-e2e",
 			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
 	if err != nil {
 		t.Fatal(err)

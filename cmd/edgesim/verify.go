@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/edgegate/edgegate/bridge/kafka"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
@@ -65,92 +66,33 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 // other gateways are skipped when gateway is set; a record that is not a
 // summary is an error.
 func readSummaries(ctx context.Context, brokers []string, topic, gateway string, idle, timeout time.Duration) ([]firmwaresim.Found, error) {
-	cfg := sarama.NewConfig()
-	cfg.ClientID = "edgesim-verify"
-	cfg.Version = sarama.V2_8_0_0
-	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cfg.Consumer.Return.Errors = true
-	c, err := sarama.NewConsumer(brokers, cfg)
+	client, err := sarama.NewClient(brokers, kafka.ReadConfig("edgesim-verify"))
 	if err != nil {
 		return nil, fmt.Errorf("connect to kafka %v: %w", brokers, err)
 	}
-	defer c.Close()
-	parts, err := c.Partitions(topic)
-	if err != nil {
-		return nil, fmt.Errorf("topic %s: %w", topic, err)
-	}
-	type msg struct {
-		m   *sarama.ConsumerMessage
-		err error
-	}
-	ch := make(chan msg, 1024)
+	defer client.Close()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var pcs []sarama.PartitionConsumer
-	defer func() {
-		cancel()
-		for _, pc := range pcs {
-			pc.Close()
-		}
-	}()
-	for _, p := range parts {
-		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			return nil, fmt.Errorf("consume %s/%d: %w", topic, p, err)
-		}
-		pcs = append(pcs, pc)
-		go func() {
-			for {
-				select {
-				case m, ok := <-pc.Messages():
-					if !ok {
-						return
-					}
-					select {
-					case ch <- msg{m: m}:
-					case <-rctx.Done():
-						return
-					}
-				case e, ok := <-pc.Errors():
-					if !ok {
-						return
-					}
-					select {
-					case ch <- msg{err: e}:
-					case <-rctx.Done():
-						return
-					}
-				case <-rctx.Done():
-					return
-				}
-			}
-		}()
-	}
-	var found []firmwaresim.Found
-	quiet := time.NewTimer(idle)
+	quiet := time.AfterFunc(idle, cancel)
 	defer quiet.Stop()
-	for {
-		select {
-		case <-rctx.Done():
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return found, nil // read what there was in the time allowed
-		case <-quiet.C:
-			return found, nil
-		case x := <-ch:
-			if x.err != nil {
-				return nil, fmt.Errorf("read %s: %w", topic, x.err)
-			}
-			var f firmwaresim.Found
-			if err := json.Unmarshal(x.m.Value, &f); err != nil || f.ID == "" {
-				return nil, fmt.Errorf("%s/%d@%d is not a summary: %q", topic, x.m.Partition, x.m.Offset, x.m.Value)
-			}
-			if gateway == "" || f.Gateway == gateway {
-				f.Partition, f.Offset = x.m.Partition, x.m.Offset
-				found = append(found, f)
-			}
-			quiet.Reset(idle)
+	var found []firmwaresim.Found
+	err = kafka.Read(rctx, client, kafka.ReadOptions{Topic: topic}, func(m *sarama.ConsumerMessage) error {
+		var f firmwaresim.Found
+		if err := json.Unmarshal(m.Value, &f); err != nil || f.ID == "" {
+			return fmt.Errorf("%s/%d@%d is not a summary: %q", topic, m.Partition, m.Offset, m.Value)
 		}
+		if gateway == "" || f.Gateway == gateway {
+			f.Partition, f.Offset = m.Partition, m.Offset
+			found = append(found, f)
+		}
+		quiet.Reset(idle)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return found, nil // what there was, until idle or in the time allowed
 }

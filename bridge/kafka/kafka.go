@@ -1,4 +1,14 @@
-package bridge
+// Package kafka is the Kafka side of the bridge, on IBM/sarama: the
+// producer that package bridge's Forwarder delivers through (NewConnector;
+// idempotent, optionally transactional, with the delivered position kept
+// in a compacted offsets topic), TLS and SASL set-up with errors that say
+// what to check, and one read_committed consumer of every partition of a
+// topic (Read) for the programs and tests that read the records back.
+//
+// sarama records metrics in go-metrics, whose meters tick in a goroutine
+// that never stops; a command that links this package calls
+// DisableMetrics first thing in main (library packages have no init).
+package kafka
 
 import (
 	"context"
@@ -9,18 +19,12 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	metrics "github.com/rcrowley/go-metrics"
+
+	"github.com/edgegate/edgegate/bridge"
 )
 
-func init() {
-	// sarama records its metrics in go-metrics, whose meters tick in a
-	// goroutine that never stops and cost CPU on a small gateway. The
-	// gateway reports its own metrics, so turn them off.
-	metrics.UseNilMetrics = true
-}
-
-// KafkaOptions configures the sarama producer.
-type KafkaOptions struct {
+// Options configures the sarama producer.
+type Options struct {
 	Brokers  []string
 	ClientID string
 	// TransactionalID, when set, makes delivery exactly-once: each batch is
@@ -47,7 +51,7 @@ type KafkaOptions struct {
 // never duplicate or reorder within a partition), acks from all in-sync
 // replicas, zstd compression, and enough retries with capped exponential
 // backoff to ride out a broker restart without failing the batch.
-func SaramaConfig(o KafkaOptions) *sarama.Config {
+func SaramaConfig(o Options) *sarama.Config {
 	c := sarama.NewConfig()
 	c.ClientID = o.ClientID
 	c.Version = sarama.V2_8_0_0 // idempotence needs 0.11, zstd 2.1
@@ -81,9 +85,12 @@ func SaramaConfig(o KafkaOptions) *sarama.Config {
 	return c
 }
 
-// NewKafkaConnector returns a Connector that makes sarama async producers.
-func NewKafkaConnector(o KafkaOptions) Connector {
-	return func(ctx context.Context) (Producer, error) {
+// NewConnector returns a bridge.Connector that makes sarama async
+// producers. A connection attempt that ctx ends is abandoned (a producer
+// made after that is closed); a failure to reach any broker is explained
+// (see the kafka.tls and kafka.sasl configuration keys it names).
+func NewConnector(o Options) bridge.Connector {
+	return func(ctx context.Context) (bridge.Producer, error) {
 		type result struct {
 			p   sarama.AsyncProducer
 			err error
@@ -96,7 +103,7 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 		select {
 		case r := <-ch:
 			if r.err != nil {
-				return nil, explainKafkaError(r.err, o)
+				return nil, explainError(r.err, o)
 			}
 			return &saramaProducer{p: r.p, o: o, hbytes: map[string][]byte{}}, nil
 		case <-ctx.Done():
@@ -112,7 +119,7 @@ func NewKafkaConnector(o KafkaOptions) Connector {
 
 type saramaProducer struct {
 	p      sarama.AsyncProducer
-	o      KafkaOptions
+	o      Options
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
 }
 
@@ -127,12 +134,12 @@ func (s *saramaProducer) bytes(v string) []byte {
 	return b
 }
 
-var _ Producer = (*saramaProducer)(nil)
+var _ bridge.Producer = (*saramaProducer)(nil)
 
 // Send pushes the batch and waits for every record's acknowledgement. It
 // feeds the input and drains results in one loop, so a batch larger than
 // sarama's channel buffers cannot deadlock.
-func (s *saramaProducer) Send(ctx context.Context, batch []Record, pos Position) error {
+func (s *saramaProducer) Send(ctx context.Context, batch []bridge.Record, pos bridge.Position) error {
 	if s.o.TransactionalID != "" {
 		return s.sendTxn(ctx, batch, pos)
 	}
@@ -142,11 +149,11 @@ func (s *saramaProducer) Send(ctx context.Context, batch []Record, pos Position)
 // sendTxn writes the batch and the position record in one transaction.
 // When the outcome is unknown or the transaction failed, the producer must
 // be replaced (the Forwarder does so) and the position read back.
-func (s *saramaProducer) sendTxn(ctx context.Context, batch []Record, pos Position) error {
+func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos bridge.Position) error {
 	if err := s.p.BeginTxn(); err != nil {
 		return s.txnError("begin transaction", err)
 	}
-	all := append(batch[:len(batch):len(batch)], Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, pos)})
+	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, pos)})
 	if err := s.send(ctx, all); err != nil {
 		if s.p.TxnStatus()&sarama.ProducerTxnFlagAbortableError != 0 {
 			s.p.AbortTxn()
@@ -176,24 +183,18 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []Record, pos Positi
 	}
 }
 
-// ErrFenced is returned when the transactional producer has failed for
-// good: another producer with the same transactional id has taken over
-// (another gateway runs with this gateway's id), or the brokers refuse this
-// gateway its transactional id.
-var ErrFenced = errors.New("fenced: another gateway with the same gateway.id has taken over delivery (or Kafka refuses its transactional id)")
-
 func (s *saramaProducer) txnError(what string, err error) error {
-	if errors.Is(err, ErrFenced) {
+	if errors.Is(err, bridge.ErrFenced) {
 		return err
 	}
 	if errors.Is(err, sarama.ErrProducerFenced) || errors.Is(err, sarama.ErrInvalidProducerEpoch) ||
 		s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
-		return fmt.Errorf("%s: %w (%v)", what, ErrFenced, err)
+		return fmt.Errorf("%s: %w (%v)", what, bridge.ErrFenced, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
+func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error {
 	msgs := make([]sarama.ProducerMessage, len(batch))
 	nh := 0
 	for _, r := range batch {
@@ -244,7 +245,7 @@ func (s *saramaProducer) send(ctx context.Context, batch []Record) error {
 			}
 		case <-watch.C:
 			if s.o.TransactionalID != "" && s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
-				return fmt.Errorf("transaction manager failed: %w", ErrFenced)
+				return fmt.Errorf("transaction manager failed: %w", bridge.ErrFenced)
 			}
 			if time.Since(progress) > stall {
 				return fmt.Errorf("kafka acknowledged nothing for %v (%d of %d records done): link down?", stall, done, len(batch))
@@ -274,7 +275,7 @@ type positionRecord struct {
 	Position uint64 `json:"position"`
 }
 
-func encodePosition(gateway string, p Position) []byte {
+func encodePosition(gateway string, p bridge.Position) []byte {
 	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next})
 	return b
 }
@@ -283,73 +284,46 @@ func encodePosition(gateway string, p Position) []byte {
 // from the offsets topic (read_committed). The producer has already been
 // initialised, which fenced any older producer with the same transactional
 // id and aborted its open transaction, so the partition's end is stable.
-func (s *saramaProducer) Delivered(ctx context.Context) (Position, bool, error) {
+func (s *saramaProducer) Delivered(ctx context.Context) (bridge.Position, bool, error) {
 	if s.o.TransactionalID == "" {
-		return Position{}, false, nil
+		return bridge.Position{}, false, nil
 	}
 	cfg := SaramaConfig(s.o)
 	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
 	cfg.Consumer.Return.Errors = true
 	client, err := sarama.NewClient(s.o.Brokers, cfg)
 	if err != nil {
-		return Position{}, false, explainKafkaError(err, s.o)
+		return bridge.Position{}, false, explainError(err, s.o)
 	}
 	defer client.Close()
 	parts, err := client.Partitions(s.o.OffsetsTopic)
 	if err != nil {
-		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
 	}
 	part, err := sarama.NewHashPartitioner(s.o.OffsetsTopic).Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(s.o.PositionKey)}, int32(len(parts)))
 	if err != nil {
-		return Position{}, false, err
+		return bridge.Position{}, false, err
 	}
-	hwm, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetNewest)
-	if err != nil {
-		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	oldest, err := client.GetOffset(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
-	if err != nil {
-		return Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	if hwm <= oldest {
-		return Position{}, false, nil
-	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		return Position{}, false, err
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(s.o.OffsetsTopic, parts[part], sarama.OffsetOldest)
-	if err != nil {
-		return Position{}, false, err
-	}
-	defer pc.Close()
-	var pos Position
+	// Committed data ends before the partition's end (transaction markers
+	// take offsets too), so reading stops at the end or when nothing more
+	// comes for 250 ms.
+	var pos bridge.Position
 	found := false
-	for {
-		// Committed data ends before hwm (transaction markers take offsets
-		// too), so stop at hwm-1 or when nothing more comes.
-		idle := time.NewTimer(250 * time.Millisecond)
-		select {
-		case m := <-pc.Messages():
-			idle.Stop()
+	err = Read(ctx, client, ReadOptions{Topic: s.o.OffsetsTopic, Partitions: []int32{parts[part]}, ToEnd: true, Idle: 250 * time.Millisecond},
+		func(m *sarama.ConsumerMessage) error {
 			if string(m.Key) == s.o.PositionKey {
 				var pr positionRecord
 				if json.Unmarshal(m.Value, &pr) == nil {
-					pos, found = Position{Queue: pr.Queue, Next: pr.Position}, true
+					pos, found = bridge.Position{Queue: pr.Queue, Next: pr.Position}, true
 				}
 			}
-			if m.Offset >= hwm-1 {
-				return pos, found, nil
-			}
-		case err := <-pc.Errors():
-			idle.Stop()
-			return Position{}, false, err
-		case <-idle.C:
-			return pos, found, nil
-		case <-ctx.Done():
-			idle.Stop()
-			return Position{}, false, ctx.Err()
-		}
+			return nil
+		})
+	if err == nil {
+		err = ctx.Err()
 	}
+	if err != nil {
+		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
+	}
+	return pos, found, nil
 }

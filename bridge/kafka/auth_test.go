@@ -1,4 +1,4 @@
-package bridge_test
+package kafka_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs/testpki"
 )
@@ -58,10 +59,10 @@ func TestKafkaAuth(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s tls=%v exactly-once=%v", tc.mech, tc.tls, tc.txn), func(t *testing.T) {
 			users := map[string]string{}
-			o := bridge.KafkaOptions{ClientID: "auth-test"}
+			o := kafka.Options{ClientID: "auth-test"}
 			if tc.mech != "" {
 				users[tc.mech] = "s3cret-" + tc.mech
-				o.SASL = &bridge.SASL{Mechanism: tc.mech, User: "gw", Password: users[tc.mech]}
+				o.SASL = &kafka.SASL{Mechanism: tc.mech, User: "gw", Password: users[tc.mech]}
 			}
 			var pki *testpki.CA
 			if tc.tls {
@@ -73,7 +74,7 @@ func TestKafkaAuth(t *testing.T) {
 				o.TransactionalID, o.OffsetsTopic, o.PositionKey = "edgegate-gw-1", "edge.offsets", "gw-1"
 			}
 			f, err := bridge.NewForwarder(bridge.Options{Dir: t.TempDir(), Gateway: "gw-1", SummariesTopic: summaries, DeadletterTopic: dead,
-				MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, bridge.NewKafkaConnector(o))
+				MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}, kafka.NewConnector(o))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,7 +85,7 @@ func TestKafkaAuth(t *testing.T) {
 				sent[s.ID] = true
 				f.Summary(s, bridge.Mark{})
 			}
-			cfg := bridge.SaramaConfig(o)
+			cfg := kafka.SaramaConfig(o)
 			msgs, err := kafkatest.ConsumeWith(cfg, o.Brokers, summaries, 5, 15*time.Second)
 			if err := stop(); err != nil {
 				t.Errorf("Run: %v", err)
@@ -114,11 +115,11 @@ func TestKafkaAuthErrors(t *testing.T) {
 	ca := testpki.New(t, "kafka-ca")
 	sasl := secureCluster(t, nil, map[string]string{"SCRAM-SHA-512": "right-password"})
 	withTLS := secureCluster(t, ca, nil)
-	connect := func(o bridge.KafkaOptions) error {
+	connect := func(o kafka.Options) error {
 		o.ClientID = "auth-errors"
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		p, err := bridge.NewKafkaConnector(o)(ctx)
+		p, err := kafka.NewConnector(o)(ctx)
 		if err == nil {
 			p.Close()
 		}
@@ -126,17 +127,17 @@ func TestKafkaAuthErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		o    bridge.KafkaOptions
+		o    kafka.Options
 		want string
 	}{
-		{"wrong password", bridge.KafkaOptions{Brokers: sasl, SASL: &bridge.SASL{Mechanism: "SCRAM-SHA-512", User: "gw", Password: "wrong-password"}},
+		{"wrong password", kafka.Options{Brokers: sasl, SASL: &kafka.SASL{Mechanism: "SCRAM-SHA-512", User: "gw", Password: "wrong-password"}},
 			"authentication failed? (SASL SCRAM-SHA-512 as \"gw\""},
-		{"unknown user", bridge.KafkaOptions{Brokers: sasl, SASL: &bridge.SASL{Mechanism: "SCRAM-SHA-512", User: "nobody", Password: "wrong-password"}},
+		{"unknown user", kafka.Options{Brokers: sasl, SASL: &kafka.SASL{Mechanism: "SCRAM-SHA-512", User: "nobody", Password: "wrong-password"}},
 			"authentication failed?"},
-		{"wrong mechanism", bridge.KafkaOptions{Brokers: sasl, SASL: &bridge.SASL{Mechanism: "SCRAM-SHA-256", User: "gw", Password: "right-password"}},
+		{"wrong mechanism", kafka.Options{Brokers: sasl, SASL: &kafka.SASL{Mechanism: "SCRAM-SHA-256", User: "gw", Password: "right-password"}},
 			"authentication failed?"},
-		{"no SASL", bridge.KafkaOptions{Brokers: sasl}, "do the brokers want TLS (kafka.tls.enabled) or SASL (kafka.sasl)?"},
-		{"TLS with an unknown CA", bridge.KafkaOptions{Brokers: withTLS, TLS: &tls.Config{RootCAs: testpki.New(t, "other").Pool()}},
+		{"no SASL", kafka.Options{Brokers: sasl}, "do the brokers want TLS (kafka.tls.enabled) or SASL (kafka.sasl)?"},
+		{"TLS with an unknown CA", kafka.Options{Brokers: withTLS, TLS: &tls.Config{RootCAs: testpki.New(t, "other").Pool()}},
 			"no Kafka broker reachable over TLS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

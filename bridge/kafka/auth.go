@@ -1,4 +1,4 @@
-package bridge
+package kafka
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ type SASL struct {
 func (s SASL) String() string { return fmt.Sprintf("SASL %s as %q", s.Mechanism, s.User) }
 
 // applySecurity sets TLS and SASL on a sarama configuration.
-func applySecurity(c *sarama.Config, o KafkaOptions) {
+func applySecurity(c *sarama.Config, o Options) {
 	if o.TLS != nil {
 		c.Net.TLS.Enable = true
 		c.Net.TLS.Config = o.TLS
@@ -65,10 +65,10 @@ func (s *scramClient) Step(challenge string) (string, error) { return s.conv.Ste
 
 func (s *scramClient) Done() bool { return s.conv.Done() }
 
-// explainKafkaError turns what sarama reports when no broker would talk
+// explainError turns what sarama reports when no broker would talk
 // into what to check. Some brokers (and kfake) answer a failed SASL
 // authentication by closing the connection, which sarama reports as EOF.
-func explainKafkaError(err error, o KafkaOptions) error {
+func explainError(err error, o Options) error {
 	if !errors.Is(err, sarama.ErrOutOfBrokers) {
 		if errors.Is(err, sarama.ErrSASLAuthenticationFailed) {
 			return fmt.Errorf("kafka authentication failed (%v): check kafka.sasl.username and the password: %w", o.SASL, err)
