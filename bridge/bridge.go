@@ -253,8 +253,7 @@ func (f *Forwarder) Summary(s aggregate.Summary, m Mark) {
 
 // DeadLetter enqueues a dead-letter record, encoded by package summary,
 // with this gateway's id. m names what produced it.
-func (f *Forwarder) DeadLetter(d DeadLetter, m Mark) {
-	w := d.wire()
+func (f *Forwarder) DeadLetter(w summary.DeadLetter, m Mark) {
 	w.Gateway = f.opts.Gateway
 	f.Enqueue(Record{
 		Topic:   f.opts.DeadletterTopic,

@@ -62,7 +62,7 @@ func TestDeliversInOrderPerDevice(t *testing.T) {
 			f.Summary(s, bridge.Mark{})
 		}
 	}
-	f.DeadLetter(bridge.DeadLetter{Reason: "invalid_json", Detail: "x", Source: "mqtt", Topic: "sensors/a", Device: "a", Payload: []byte{0xff, 'x'}, ReceivedAt: time.Unix(0, 0)}, bridge.Mark{})
+	f.DeadLetter(wire.DeadLetter{Reason: "invalid_json", Detail: "x", Source: "mqtt", Topic: "sensors/a", Device: "a", Payload: []byte{0xff, 'x'}, ReceivedAt: time.Unix(0, 0)}, bridge.Mark{})
 	msgs := kafkatest.Consume(t, addrs, summaries, devices*minutes, 20*time.Second)
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)

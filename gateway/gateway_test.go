@@ -26,7 +26,9 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 	"github.com/edgegate/edgegate/gateway"
@@ -35,6 +37,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	kafka.DisableMetrics()
 	goleak.VerifyTestMain(m)
 }
 
@@ -81,12 +84,12 @@ func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack 
 	log := quietLog()
 	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
 		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
-		bridge.NewKafkaConnector(bridge.KafkaOptions{Brokers: cfg.Kafka.Brokers, ClientID: "it",
+		kafka.NewConnector(kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: "it",
 			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), forwarderOutput{fwd}, log, now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output.Forwarder(fwd), log, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
 	"github.com/edgegate/edgegate/gateway/journal"
@@ -70,7 +71,7 @@ func BenchmarkRecover(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
+	g, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func BenchmarkRecover(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
+		g, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,8 +4,9 @@
 // and the recovery rules.
 //
 // Append writes records; Sync makes them durable; readers see only durable
-// records. A Committer batches appends from many goroutines into one fsync
-// (group commit). A failed fsync fails the log for good.
+// records; a writer that wants group commit batches its own appends (the
+// gateway's ingest journal does, in gateway/journal). A failed fsync fails
+// the log for good.
 package queue
 
 import (

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"testing"
 )
 
@@ -348,103 +346,6 @@ func TestMaxBytes(t *testing.T) {
 	if want := (1000 - headerSize) / 116; n != want {
 		t.Errorf("%d records fit, want %d", n, want)
 	}
-}
-
-func TestCommitterGroupsFsyncs(t *testing.T) {
-	l, err := Open(t.TempDir(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := NewCommitter(l)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	const writers, each = 50, 40
-	var mu sync.Mutex
-	seen := map[uint64][]byte{}
-	var wg sync.WaitGroup
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				r := []byte(fmt.Sprintf("w%d-%d", w, i))
-				seq, err := c.Commit(r)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if st := l.Stats(); st.Durable <= seq {
-					t.Errorf("Commit returned %d before it was durable (%d)", seq, st.Durable)
-				}
-				mu.Lock()
-				if _, dup := seen[seq]; dup {
-					t.Errorf("seq %d given twice", seq)
-				}
-				seen[seq] = r
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Commit([]byte("late")); !errors.Is(err, ErrClosed) {
-		t.Errorf("Commit after Run = %v", err)
-	}
-	st := l.Stats()
-	if len(seen) != writers*each || st.Next != writers*each+1 {
-		t.Fatalf("%d committed, next %d", len(seen), st.Next)
-	}
-	if st.Syncs >= writers*each/4 {
-		t.Errorf("%d fsyncs for %d records: group commit is not grouping", st.Syncs, writers*each)
-	}
-	t.Logf("%d records, %d fsyncs", writers*each, st.Syncs)
-	r := l.NewReader(1)
-	defer r.Close()
-	for {
-		seq, p, err := r.Next()
-		if err == io.EOF {
-			break
-		}
-		if !bytes.Equal(p, seen[seq]) {
-			t.Fatalf("record %d = %q, committed %q", seq, p, seen[seq])
-		}
-	}
-	l.Close()
-}
-
-// BenchmarkCommit measures group commit: 64 goroutines each committing
-// 60-byte records (the size of an encoded reading) and waiting for fsync.
-func BenchmarkCommit(b *testing.B) {
-	l, err := Open(b.TempDir(), Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	c := NewCommitter(l)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	rec := bytes.Repeat([]byte{'r'}, 60)
-	b.SetParallelism(32) // 64 goroutines on 2 cores
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := c.Commit(rec); err != nil {
-				b.Error(err)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	cancel()
-	<-done
-	st := l.Stats()
-	b.ReportMetric(float64(st.Next-1)/float64(st.Syncs), "records/fsync")
-	b.ReportMetric(float64(st.Bytes)/float64(st.Next-1), "disk-bytes/record")
 }
 
 func TestDropFirstUnderAReader(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafka"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
 	"periph.io/x/conn/v3/i2c/i2creg"
@@ -164,7 +165,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	prepareSensors(cfg, log)
-	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output{fwd}, log, now)
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output.Forwarder(fwd), log, now)
 	if err != nil {
 		lock.Close()
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 	"github.com/edgegate/edgegate/gateway"
@@ -72,7 +73,7 @@ func runScenario(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(cfg.GatewayOptions(nil), forwarderOutput{fwd}, log, time.Now)
+	gw, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}
