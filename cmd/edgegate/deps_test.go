@@ -39,6 +39,7 @@ var importRules = []importRule{
 		deny: []string{mochiTree, saramaTree, "bridge/..."}},
 	{name: "bridge: not mochi, paho, gateway", pkgs: "bridge/...",
 		deny: append([]string{mochiTree, "gateway/..."}, pahoTrees...)},
+	{name: "bridge: sarama only in bridge/kafka", pkgs: "bridge", deny: []string{saramaTree}},
 	{name: "bridge/summary: not sarama, the rest of bridge", pkgs: "bridge/summary/...",
 		deny: []string{saramaTree, "bridge/..."}, allow: []string{"bridge/summary/..."}},
 	// The emulators model the datasheets, not our drivers.
