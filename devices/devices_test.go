@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/edgegate/edgegate/devices"
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 )
 
 // emulators builds each driver's chip in firmware-sim.
-var emulators = map[string]func() firmwaresim.Chip{
-	"bme280": func() firmwaresim.Chip { return firmwaresim.NewBME280() },
-	"sht3x":  func() firmwaresim.Chip { return firmwaresim.NewSHT3x() },
-	"bh1750": func() firmwaresim.Chip { return firmwaresim.NewBH1750() },
+var emulators = map[string]func() chips.Chip{
+	"bme280": func() chips.Chip { return chips.NewBME280() },
+	"sht3x":  func() chips.Chip { return chips.NewSHT3x() },
+	"bh1750": func() chips.Chip { return chips.NewBH1750() },
 }
 
 // TestTable checks every driver against its emulated chip at each of its
@@ -36,7 +36,7 @@ func TestTable(t *testing.T) {
 				t.Fatalf("incomplete entry: %+v", d)
 			}
 			for _, addr := range d.Addresses {
-				bus := firmwaresim.NewBus("emu")
+				bus := chips.NewBus("emu")
 				bus.Attach(addr, emulators[d.Name]())
 				if what, ok := d.Probe(bus, addr); !ok || what == "" {
 					t.Errorf("Probe at %#02x: %q, %v", addr, what, ok)
@@ -78,8 +78,8 @@ func TestTable(t *testing.T) {
 // TestRead checks the values and their conversion to plain units, and
 // that a BMP280 reports no humidity.
 func TestRead(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	bme, bmp, sht, bh := firmwaresim.NewBME280(), firmwaresim.NewBMP280(), firmwaresim.NewSHT3x(), firmwaresim.NewBH1750()
+	bus := chips.NewBus("emu")
+	bme, bmp, sht, bh := chips.NewBME280(), chips.NewBMP280(), chips.NewSHT3x(), chips.NewBH1750()
 	bme.Set(21.5, 100250, 40)
 	bmp.Set(-5, 95000, 80)
 	sht.Set(18.5, 60)
@@ -124,15 +124,15 @@ func TestRead(t *testing.T) {
 // identified by their drivers, a BME280 address holding another chip by
 // its id register, and a device no driver knows.
 func TestScan(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	other := firmwaresim.NewBME280()
+	bus := chips.NewBus("emu")
+	other := chips.NewBME280()
 	other.SetChipID(0x61)
-	bus.Attach(0x76, firmwaresim.NewBME280())
+	bus.Attach(0x76, chips.NewBME280())
 	bus.Attach(0x77, other)
-	bus.Attach(0x44, firmwaresim.NewSHT3x())
-	bus.Attach(0x23, firmwaresim.NewBH1750())
-	bus.Attach(0x30, firmwaresim.NewBH1750()) // not at a BH1750 address
-	bus.Attach(0x5C, firmwaresim.NewSHT3x())  // at a BH1750 address, refusing its instructions and one-byte reads: not listed
+	bus.Attach(0x44, chips.NewSHT3x())
+	bus.Attach(0x23, chips.NewBH1750())
+	bus.Attach(0x30, chips.NewBH1750()) // not at a BH1750 address
+	bus.Attach(0x5C, chips.NewSHT3x())  // at a BH1750 address, refusing its instructions and one-byte reads: not listed
 	want := []devices.Found{
 		{Addr: 0x23, What: "BH1750 (no id register: by address and power-on)"},
 		{Addr: 0x30, What: "unknown device"},

@@ -30,7 +30,7 @@ import (
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"github.com/edgegate/edgegate/gateway"
 	"github.com/edgegate/edgegate/gateway/broker"
 	"github.com/edgegate/edgegate/gateway/sensors"
@@ -792,8 +792,8 @@ func TestQoS2AcrossRestart(t *testing.T) {
 // chips' own count of measurements, and sum, min and max are those of the
 // values the test scripted. A local subscriber sees the readings too.
 func TestSensorsEndToEnd(t *testing.T) {
-	bus := firmwaresim.NewBus("edgegate-test-i2c")
-	bme, sht, bh := firmwaresim.NewBME280(), firmwaresim.NewSHT3x(), firmwaresim.NewBH1750()
+	bus := chips.NewBus("edgegate-test-i2c")
+	bme, sht, bh := chips.NewBME280(), chips.NewSHT3x(), chips.NewBH1750()
 	bus.Attach(0x76, bme)
 	bus.Attach(0x44, sht)
 	bus.Attach(0x23, bh)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/devices"
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 )
 
 // emulatedBusName is the bus name a config uses for simulated chips.
@@ -29,10 +29,10 @@ var registerOnce sync.Once
 // sensors fail to open, are reported and retried.
 func prepareSensors(cfg *configs.Config, log *slog.Logger) {
 	real := false
-	var chips []firmwaresim.EmulatedChip
+	var emulated []chips.EmulatedChip
 	for _, s := range cfg.Sensors {
 		if s.Bus == emulatedBusName {
-			chips = append(chips, firmwaresim.EmulatedChip{Driver: s.Driver, Address: uint16(s.Address)})
+			emulated = append(emulated, chips.EmulatedChip{Driver: s.Driver, Address: uint16(s.Address)})
 		} else {
 			real = true
 		}
@@ -42,16 +42,16 @@ func prepareSensors(cfg *configs.Config, log *slog.Logger) {
 			log.Warn("periph host drivers did not load; I2C sensors on real buses will not open", "err", err)
 		}
 	}
-	if len(chips) > 0 {
-		registerEmulated(chips, log)
+	if len(emulated) > 0 {
+		registerEmulated(emulated, log)
 	}
 }
 
-// registerEmulated registers the emulated bus, holding chips, in periph's
+// registerEmulated registers the emulated bus, holding those chips, in periph's
 // bus registry; only the first call in a process does.
-func registerEmulated(chips []firmwaresim.EmulatedChip, log *slog.Logger) {
+func registerEmulated(emulated []chips.EmulatedChip, log *slog.Logger) {
 	registerOnce.Do(func() {
-		bus, err := firmwaresim.EmulatedBus(emulatedBusName, chips...)
+		bus, err := chips.EmulatedBus(emulatedBusName, emulated...)
 		if err != nil {
 			log.Warn("emulated I2C bus not built", "err", err)
 			return
@@ -77,11 +77,11 @@ func cmdSensors(args []string, stdout, stderr io.Writer) error {
 	}
 	if *name == emulatedBusName {
 		// One chip of each driver, at its default address.
-		var chips []firmwaresim.EmulatedChip
+		var emulated []chips.EmulatedChip
 		for _, d := range devices.Drivers() {
-			chips = append(chips, firmwaresim.EmulatedChip{Driver: d.Name, Address: d.Addresses[0]})
+			emulated = append(emulated, chips.EmulatedChip{Driver: d.Name, Address: d.Addresses[0]})
 		}
-		registerEmulated(chips, slog.New(slog.DiscardHandler))
+		registerEmulated(emulated, slog.New(slog.DiscardHandler))
 	} else if _, err := periphhost.Init(); err != nil {
 		return fmt.Errorf("load periph host drivers: %w", err)
 	}

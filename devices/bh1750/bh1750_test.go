@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"periph.io/x/conn/v3/i2c/i2ctest"
-
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
 func noSleep(d *Dev) *Dev { d.sleep = func(time.Duration) {}; return d }
@@ -47,8 +46,8 @@ func TestDatasheetExample(t *testing.T) {
 // measurement time, within one count.
 func TestAgainstEmulator(t *testing.T) {
 	for _, mt := range []uint8{69, 254} {
-		bus := firmwaresim.NewBus("emu")
-		chip := firmwaresim.NewBH1750()
+		bus := chips.NewBus("emu")
+		chip := chips.NewBH1750()
 		bus.Attach(0x5C, chip)
 		d, err := NewI2C(bus, 0x5C, &Opts{MTreg: mt})
 		if err != nil {
@@ -75,13 +74,13 @@ func TestAgainstEmulator(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewBH1750()
+	bus := chips.NewBus("emu")
+	chip := chips.NewBH1750()
 	bus.Attach(0x23, chip)
 	if _, err := NewI2C(bus, 0x23, &Opts{MTreg: 20}); err == nil || !strings.Contains(err.Error(), "MTreg 20") {
 		t.Errorf("bad MTreg: %v", err)
 	}
-	if _, err := NewI2C(bus, 0x5C, nil); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bh1750 at 0x5c: power on") {
+	if _, err := NewI2C(bus, 0x5C, nil); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "bh1750 at 0x5c: power on") {
 		t.Errorf("absent sensor: %v", err)
 	}
 	d, err := NewI2C(bus, 0x23, nil)
@@ -90,11 +89,11 @@ func TestFaults(t *testing.T) {
 	}
 	noSleep(d)
 	bus.FailShortRead(1)
-	if _, err := d.Sense(); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "bh1750 at 0x23: read measurement") {
+	if _, err := d.Sense(); !errors.Is(err, chips.ErrShortRead) || !strings.Contains(err.Error(), "bh1750 at 0x23: read measurement") {
 		t.Errorf("short read: %v", err)
 	}
 	chip.FailNACK(1)
-	if _, err := d.Sense(); !errors.Is(err, firmwaresim.ErrNACK) {
+	if _, err := d.Sense(); !errors.Is(err, chips.ErrNACK) {
 		t.Errorf("NACK: %v", err)
 	}
 	if _, err := d.Sense(); err != nil {
@@ -106,15 +105,15 @@ func TestFaults(t *testing.T) {
 // empty address, and leaves the sensor powered down (a measurement
 // instruction is then refused).
 func TestProbe(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	bus.Attach(AltAddr, firmwaresim.NewBH1750())
+	bus := chips.NewBus("emu")
+	bus.Attach(AltAddr, chips.NewBH1750())
 	if err := Probe(bus, AltAddr); err != nil {
 		t.Errorf("sensor at 0x5c: %v", err)
 	}
-	if err := bus.Tx(AltAddr, []byte{opOneTimeH}, nil); !errors.Is(err, firmwaresim.ErrNACK) {
+	if err := bus.Tx(AltAddr, []byte{opOneTimeH}, nil); !errors.Is(err, chips.ErrNACK) {
 		t.Errorf("measurement after Probe: %v, want a NACK (powered down)", err)
 	}
-	if err := Probe(bus, Addr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bh1750 at 0x23: power on") {
+	if err := Probe(bus, Addr); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "bh1750 at 0x23: power on") {
 		t.Errorf("no sensor: %v", err)
 	}
 }

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 	"periph.io/x/conn/v3/physic"
-
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
 func celsius(t physic.Temperature) float64 {
@@ -70,8 +69,8 @@ func TestDatasheetExample(t *testing.T) {
 // register-level emulator and reads them back through the driver: each
 // within the chip's quantisation.
 func TestAgainstEmulator(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewBME280()
+	bus := chips.NewBus("emu")
+	chip := chips.NewBME280()
 	bus.Attach(0x76, chip)
 	d, err := NewI2C(bus, 0x76, &Opts{Temperature: O2x, Pressure: O16x, Humidity: O1x})
 	if err != nil {
@@ -101,11 +100,11 @@ func TestAgainstEmulator(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewBME280()
+	bus := chips.NewBus("emu")
+	chip := chips.NewBME280()
 	bus.Attach(0x76, chip)
 
-	if _, err := NewI2C(bus, 0x77, nil); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bme280 at 0x77: read chip id") {
+	if _, err := NewI2C(bus, 0x77, nil); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "bme280 at 0x77: read chip id") {
 		t.Errorf("no chip: %v", err)
 	}
 	chip.SetChipID(0x61)
@@ -129,15 +128,15 @@ func TestFaults(t *testing.T) {
 	}
 	chip.FailBusy(0)
 	chip.FailNACK(1)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "start conversion") {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "start conversion") {
 		t.Errorf("NACK: %v", err)
 	}
 	bus.FailShortRead(1)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "bme280 at 0x76: read data") {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrShortRead) || !strings.Contains(err.Error(), "bme280 at 0x76: read data") {
 		t.Errorf("short read: %v", err)
 	}
 	bus.SetStuck(true)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrStuck) {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrStuck) {
 		t.Errorf("stuck bus: %v", err)
 	}
 	bus.SetStuck(false)
@@ -159,8 +158,8 @@ func TestFaults(t *testing.T) {
 // TestProbe identifies each chip by its id register, tells another chip
 // from none, and leaves the chip as it was (no conversion started).
 func TestProbe(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	bme, bmp := firmwaresim.NewBME280(), firmwaresim.NewBMP280()
+	bus := chips.NewBus("emu")
+	bme, bmp := chips.NewBME280(), chips.NewBMP280()
 	bus.Attach(Addr, bme)
 	bus.Attach(AltAddr, bmp)
 	if id, err := Probe(bus, Addr); err != nil || id != ChipIDBME280 {
@@ -177,7 +176,7 @@ func TestProbe(t *testing.T) {
 		t.Errorf("another chip: id %#02x, %v", id, err)
 	}
 	bus.Detach(AltAddr)
-	if _, err := Probe(bus, AltAddr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "bme280 at 0x77: read chip id") {
+	if _, err := Probe(bus, AltAddr); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "bme280 at 0x77: read chip id") {
 		t.Errorf("no chip: %v", err)
 	}
 }

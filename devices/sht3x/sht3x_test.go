@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"periph.io/x/conn/v3/i2c/i2ctest"
 	"periph.io/x/conn/v3/physic"
-
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
 
 func noSleep(d *Dev) *Dev { d.sleep = func(time.Duration) {}; return d }
@@ -62,8 +61,8 @@ func TestPlayback(t *testing.T) {
 }
 
 func TestAgainstEmulator(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewSHT3x()
+	bus := chips.NewBus("emu")
+	chip := chips.NewSHT3x()
 	bus.Attach(0x45, chip)
 	d, err := NewI2C(bus, 0x45, &Opts{Repeatability: Medium})
 	if err != nil {
@@ -93,10 +92,10 @@ func TestAgainstEmulator(t *testing.T) {
 }
 
 func TestFaults(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewSHT3x()
+	bus := chips.NewBus("emu")
+	chip := chips.NewSHT3x()
 	bus.Attach(0x44, chip)
-	if _, err := NewI2C(bus, 0x45, nil); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "sht3x at 0x45") {
+	if _, err := NewI2C(bus, 0x45, nil); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "sht3x at 0x45") {
 		t.Errorf("absent sensor: %v", err)
 	}
 	chip.FailCRC(1)
@@ -118,15 +117,15 @@ func TestFaults(t *testing.T) {
 		t.Errorf("slow measurement: %v", err)
 	}
 	chip.FailBusy(10)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "read measurement") {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "read measurement") {
 		t.Errorf("no result: %v", err)
 	}
 	bus.FailShortRead(1)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrShortRead) || !strings.Contains(err.Error(), "sht3x at 0x44: read measurement") {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrShortRead) || !strings.Contains(err.Error(), "sht3x at 0x44: read measurement") {
 		t.Errorf("short read: %v", err)
 	}
 	bus.SetStuck(true)
-	if err := d.Sense(&e); !errors.Is(err, firmwaresim.ErrStuck) {
+	if err := d.Sense(&e); !errors.Is(err, chips.ErrStuck) {
 		t.Errorf("stuck bus: %v", err)
 	}
 }
@@ -134,8 +133,8 @@ func TestFaults(t *testing.T) {
 // TestProbe identifies the sensor by a status word with a valid CRC, and
 // rejects a wrong checksum and an empty address.
 func TestProbe(t *testing.T) {
-	bus := firmwaresim.NewBus("emu")
-	chip := firmwaresim.NewSHT3x()
+	bus := chips.NewBus("emu")
+	chip := chips.NewSHT3x()
 	bus.Attach(Addr, chip)
 	if st, err := Probe(bus, Addr); err != nil || st != 0x0010 {
 		t.Errorf("status %#04x, %v; want 0x0010 (reset seen)", st, err)
@@ -144,7 +143,7 @@ func TestProbe(t *testing.T) {
 	if _, err := Probe(bus, Addr); !errors.Is(err, ErrCRC) || !strings.Contains(err.Error(), "sht3x at 0x44: status") {
 		t.Errorf("bad CRC: %v", err)
 	}
-	if _, err := Probe(bus, AltAddr); !errors.Is(err, firmwaresim.ErrNACK) || !strings.Contains(err.Error(), "sht3x at 0x45: read status") {
+	if _, err := Probe(bus, AltAddr); !errors.Is(err, chips.ErrNACK) || !strings.Contains(err.Error(), "sht3x at 0x45: read status") {
 		t.Errorf("no sensor: %v", err)
 	}
 	if chip.Count() != 0 {

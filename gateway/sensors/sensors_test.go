@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 	"periph.io/x/conn/v3/i2c"
 
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"github.com/edgegate/edgegate/gateway/sensors"
 )
 
@@ -45,7 +45,7 @@ type rig struct {
 }
 
 type countedBus struct {
-	*firmwaresim.Bus
+	*chips.Bus
 	closes *atomic.Int64
 }
 
@@ -60,7 +60,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 }
 
 // start runs a poller over bus for ss, until stop.
-func start(t *testing.T, bus *firmwaresim.Bus, ss ...sensors.Sensor) *rig {
+func start(t *testing.T, bus *chips.Bus, ss ...sensors.Sensor) *rig {
 	t.Helper()
 	r := &rig{done: make(chan struct{})}
 	p, err := sensors.New(sensors.Options{
@@ -120,10 +120,10 @@ func (r *rig) logText() string {
 // its metric's topic (renamed where asked), stamped with the poll's time.
 func TestPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus, err := firmwaresim.EmulatedBus("emulated",
-			firmwaresim.EmulatedChip{Driver: "bme280", Address: 0x76},
-			firmwaresim.EmulatedChip{Driver: "sht3x", Address: 0x44},
-			firmwaresim.EmulatedChip{Driver: "bh1750", Address: 0x23})
+		bus, err := chips.EmulatedBus("emulated",
+			chips.EmulatedChip{Driver: "bme280", Address: 0x76},
+			chips.EmulatedChip{Driver: "sht3x", Address: 0x44},
+			chips.EmulatedChip{Driver: "bh1750", Address: 0x23})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +205,7 @@ func TestPoll(t *testing.T) {
 // it is retried within a second again (a poll resets the backoff).
 func TestFailingSensor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus := firmwaresim.NewBus("i2c-test")
+		bus := chips.NewBus("i2c-test")
 		r := start(t, bus,
 			sensors.Sensor{Driver: "sht3x", Bus: "i2c-test", Address: 0x45, Device: "missing", Every: time.Second},
 			sensors.Sensor{Driver: "sht3x", Bus: "no-such-bus", Address: 0x44, Device: "nobus", Every: time.Second})
@@ -223,7 +223,7 @@ func TestFailingSensor(t *testing.T) {
 			t.Errorf("%d failure lines in 9 s, want 1 (one per 10 s):\n%s", n, r.logText())
 		}
 
-		chip := firmwaresim.NewSHT3x()
+		chip := chips.NewSHT3x()
 		bus.Attach(0x45, chip)
 		time.Sleep(35 * time.Second) // the longest wait from 16 s is 32 s
 		synctest.Wait()
@@ -257,7 +257,7 @@ func TestFailingSensor(t *testing.T) {
 // values are dropped and the sensor keeps polling.
 func TestPublishFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus, err := firmwaresim.EmulatedBus("emulated", firmwaresim.EmulatedChip{Driver: "bme280", Address: 0x77})
+		bus, err := chips.EmulatedBus("emulated", chips.EmulatedChip{Driver: "bme280", Address: 0x77})
 		if err != nil {
 			t.Fatal(err)
 		}

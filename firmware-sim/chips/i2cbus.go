@@ -1,4 +1,4 @@
-package firmwaresim
+package chips
 
 import (
 	"errors"

@@ -1,20 +1,20 @@
-package firmwaresim_test
+package chips_test
 
 import (
 	"slices"
 	"strings"
 	"testing"
 
-	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
+	"github.com/edgegate/edgegate/firmware-sim/chips"
 )
 
 // TestEmulatedBus puts each driver's chip where asked, each answering as
 // its chip does, and refuses a driver it has no chip for.
 func TestEmulatedBus(t *testing.T) {
-	bus, err := firmwaresim.EmulatedBus("emulated",
-		firmwaresim.EmulatedChip{Driver: "bme280", Address: 0x77},
-		firmwaresim.EmulatedChip{Driver: "sht3x", Address: 0x44},
-		firmwaresim.EmulatedChip{Driver: "bh1750", Address: 0x23})
+	bus, err := chips.EmulatedBus("emulated",
+		chips.EmulatedChip{Driver: "bme280", Address: 0x77},
+		chips.EmulatedChip{Driver: "sht3x", Address: 0x44},
+		chips.EmulatedChip{Driver: "bh1750", Address: 0x23})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestEmulatedBus(t *testing.T) {
 	if err := bus.Tx(0x23, []byte{0x01, 0x00}, nil); err != nil {
 		t.Errorf("BH1750 power on, down: %v", err)
 	}
-	if _, err := firmwaresim.EmulatedBus("emulated", firmwaresim.EmulatedChip{Driver: "sht31", Address: 0x44}); err == nil || !strings.Contains(err.Error(), `no chip for driver "sht31" at 0x44`) {
+	if _, err := chips.EmulatedBus("emulated", chips.EmulatedChip{Driver: "sht31", Address: 0x44}); err == nil || !strings.Contains(err.Error(), `no chip for driver "sht31" at 0x44`) {
 		t.Errorf("unknown driver: %v", err)
 	}
 }
