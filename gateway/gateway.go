@@ -1,17 +1,4 @@
 // Package gateway is the ingest path between the MQTT broker and the
-// outbound queue: every publication on a reading topic is journaled by the
-// broker (package broker) into the ingest journal (package journal), and
-// acknowledged once the journal has it on disk. The journal's applier then
-// hands each durable batch to the Gateway, which decodes it (package
-// payload) into readings and folds them into the aggregator; summaries and
-// dead letters go to an Output, marked with the journal event that made
-// them, so that replaying the journal after a crash makes no output twice.
-//
-// The Gateway also owns checkpoints (the aggregator's state, persistent
-// sessions and duplicate detection, in the state file, after which the
-// journal is trimmed), the idle-close tick, the gateway's own I²C sensors
-// and the counters of all of it (Stats).
-// Package gateway is the ingest path between the MQTT broker and the
 // outbound queue. The broker (package broker) journals every publication
 // on a reading topic in the ingest journal (package journal) and
 // acknowledges it once the journal has it on disk; the journal's applier
@@ -114,11 +101,16 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
+	// The users file, ACLs and certificates are read before anything on
+	// disk is touched, so that a mistake in them stops the start at once.
+	if g.broker, err = broker.New(o.Broker, g, log, now); err != nil {
+		return nil, err
+	}
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
 	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: broker.WriteAcks})
-	if g.broker, err = broker.New(o.Broker, g.j, g, log, now); err != nil {
+	if err := g.broker.Listen(g.j); err != nil {
 		g.closeFiles()
 		return nil, err
 	}
@@ -128,7 +120,7 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 		if err != nil {
 			g.broker.Close()
 			g.closeFiles()
-			return nil, fmt.Errorf("sensors: %w", err)
+			return nil, err
 		}
 	}
 	return g, nil
@@ -155,6 +147,9 @@ func (g *Gateway) publishLocal(client, topic string, payload []byte) error {
 	g.broker.Publish(topic, payload) // the hook does not take inline publications
 	return nil
 }
+
+var _ broker.Ingest = (*Gateway)(nil)
+var _ broker.Journal = (*journal.Journal)(nil)
 
 // Full reports that the output is over its quota (broker.Ingest).
 func (g *Gateway) Full() bool { return g.out.Full() }

@@ -995,3 +995,23 @@ func TestOfflineSubscriberGetsQueued(t *testing.T) {
 		t.Errorf("subscriber got %v", got)
 	}
 }
+
+// TestBadUsersFileTouchesNothing: a users file that does not load stops
+// the start before the journal and the state file are opened (recovery
+// would truncate a torn journal tail and replay it for nothing).
+func TestBadUsersFileTouchesNothing(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	bad := filepath.Join(t.TempDir(), "users")
+	if err := os.WriteFile(bad, []byte("dev:not-a-hash\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.MQTT.UsersFile = bad
+	if _, err := gateway.New(cfg.GatewayOptions(i2creg.Open), &switchOutput{}, quietLog(), time.Now); err == nil || !strings.Contains(err.Error(), "mqtt.users_file") {
+		t.Fatalf("New = %v, want a mqtt.users_file error", err)
+	}
+	for _, d := range []string{"ingest", "state"} {
+		if _, err := os.Stat(filepath.Join(cfg.Gateway.DataDir, d)); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want it not created", d, err)
+		}
+	}
+}

@@ -52,17 +52,21 @@ read from the terminal (or one line of standard input), or updates it;
 	if err := broker.CheckUsername(user); err != nil {
 		return usageError{fmt.Errorf("passwd: %w", err)}
 	}
-	var hash []byte
+	var hash func() ([]byte, error)
 	if !*del {
-		pw, err := readPassword(stdin, stderr)
-		if err != nil {
-			return err
-		}
-		if hash, err = bcrypt.GenerateFromPassword(pw, passwdCost); err != nil {
-			return fmt.Errorf("passwd: %w", err)
+		hash = func() ([]byte, error) {
+			pw, err := readPassword(stdin, stderr)
+			if err != nil {
+				return nil, err
+			}
+			h, err := bcrypt.GenerateFromPassword(pw, passwdCost)
+			if err != nil {
+				return nil, err
+			}
+			return h, nil
 		}
 	}
-	if err := broker.UpdateUsersFile(path, user, hash, *create); err != nil {
+	if err := broker.UpdateUsersFile(path, user, *create, hash); err != nil {
 		return fmt.Errorf("passwd: %w", err)
 	}
 	verb := map[bool]string{true: "deleted", false: "set"}[*del]
@@ -76,22 +80,22 @@ func readPassword(stdin io.Reader, stderr io.Writer) ([]byte, error) {
 		pw, err := term.ReadPassword(int(f.Fd()))
 		fmt.Fprintln(stderr)
 		if err != nil {
-			return nil, fmt.Errorf("passwd: read password: %w", err)
+			return nil, fmt.Errorf("read password: %w", err)
 		}
 		fmt.Fprint(stderr, "Again: ")
 		again, err := term.ReadPassword(int(f.Fd()))
 		fmt.Fprintln(stderr)
 		if err != nil {
-			return nil, fmt.Errorf("passwd: read password: %w", err)
+			return nil, fmt.Errorf("read password: %w", err)
 		}
 		if !bytes.Equal(pw, again) {
-			return nil, errors.New("passwd: the passwords differ")
+			return nil, errors.New("the passwords differ")
 		}
 		return checkPassword(pw)
 	}
 	line, err := bufio.NewReader(stdin).ReadString('\n')
 	if err != nil && !(errors.Is(err, io.EOF) && line != "") {
-		return nil, fmt.Errorf("passwd: read password from standard input: %w", err)
+		return nil, fmt.Errorf("read password from standard input: %w", err)
 	}
 	return checkPassword([]byte(strings.TrimRight(line, "\r\n")))
 }
@@ -99,9 +103,9 @@ func readPassword(stdin io.Reader, stderr io.Writer) ([]byte, error) {
 func checkPassword(pw []byte) ([]byte, error) {
 	switch {
 	case len(pw) == 0:
-		return nil, errors.New("passwd: empty password")
+		return nil, errors.New("empty password")
 	case len(pw) > 72:
-		return nil, errors.New("passwd: password longer than 72 bytes (bcrypt's limit)")
+		return nil, errors.New("password longer than 72 bytes (bcrypt's limit)")
 	}
 	return pw, nil
 }

@@ -131,13 +131,14 @@ type Broker struct {
 	quota       atomic.Uint64 // QoS 1/2 publications refused because the output was full
 }
 
-// New creates the broker and binds its listeners. Nothing is served until
-// Serve.
-func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time) (*Broker, error) {
+// New creates the broker: it reads the users file, compiles the ACLs and
+// loads the TLS certificates. Listen binds the listeners; nothing is served
+// until Serve.
+func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker, error) {
 	if now == nil {
 		now = time.Now
 	}
-	b := &Broker{opts: o, log: log, now: now, j: j, in: in}
+	b := &Broker{opts: o, log: log, now: now, in: in}
 	b.logLimiter.Every = 10 * time.Second
 	users, err := b.loadUsers()
 	if err != nil {
@@ -173,6 +174,14 @@ func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
+	return b, nil
+}
+
+// Listen binds the listeners; the broker journals into j from then on.
+func (b *Broker) Listen(j Journal) error {
+	b.j = j
+	o := b.opts
+	var err error
 	add := func(key string, l listeners.Listener) (string, error) {
 		if err := b.server.AddListener(&guarded{Listener: l, b: b}); err != nil {
 			b.server.Close()
@@ -182,13 +191,13 @@ func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time
 	}
 	if o.Listen != "" {
 		if b.addr, err = add("mqtt.listen", listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Listen})); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.TLS.Listen != "" {
 		l := listeners.NewTCP(listeners.Config{ID: "tls", Address: o.TLS.Listen, TLSConfig: b.tls.Config()})
 		if b.tlsAddr, err = add("mqtt.tls.listen", l); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if o.WebSocket.Listen != "" {
@@ -197,10 +206,10 @@ func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time
 			lc.TLSConfig = b.tls.Config()
 		}
 		if b.wsAddr, err = add("mqtt.websocket.listen", listeners.NewWebsocket(lc)); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // Restored is the session state the journal rebuilt at start: persistent

@@ -16,8 +16,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// hook connects the gateway to mochi: it authenticates clients and takes
-// readings from publications.
+// hook connects the broker to mochi: it authenticates clients, applies
+// the ACLs and limits, and journals publications on reading topics and the
+// life of persistent sessions.
 type hook struct {
 	mqtt.HookBase
 	b     *Broker

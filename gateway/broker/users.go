@@ -117,12 +117,12 @@ func CheckUsername(name string) error {
 	return nil
 }
 
-// UpdateUsersFile sets user's bcrypt hash in the users file at path, or
-// deletes the user when hash is nil. With create, the file is started
-// anew with only this user. Other lines, comments included, are kept. The
-// file is replaced atomically, keeping its mode, owner and group, and must
-// load afterwards.
-func UpdateUsersFile(path, user string, hash []byte, create bool) error {
+// UpdateUsersFile sets user's bcrypt hash, which hash returns once the
+// file is read, in the users file at path, or deletes the user when hash
+// is nil. With create, the file is started anew with only this user.
+// Other lines, comments included, are kept. The file is replaced
+// atomically, keeping its mode, owner and group, and must load afterwards.
+func UpdateUsersFile(path, user string, create bool, hash func() ([]byte, error)) error {
 	del := hash == nil
 	var lines []string
 	if !create {
@@ -145,10 +145,16 @@ func UpdateUsersFile(path, user string, hash []byte, create bool) error {
 		return fmt.Errorf("no user %q in %s", user, path)
 	case del:
 		lines = append(lines[:found], lines[found+1:]...)
-	case found >= 0:
-		lines[found] = user + ":" + string(hash)
 	default:
-		lines = append(lines, user+":"+string(hash))
+		h, err := hash()
+		if err != nil {
+			return err
+		}
+		if found >= 0 {
+			lines[found] = user + ":" + string(h)
+		} else {
+			lines = append(lines, user+":"+string(h))
+		}
 	}
 	if err := writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
 		return err

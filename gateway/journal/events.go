@@ -179,6 +179,8 @@ func (r *reader) bytes() []byte {
 	return s
 }
 
+// DecodeEvent decodes one journal record; byte slices of the event alias
+// rec. A record that is not exactly one well-formed event is errEvent.
 func DecodeEvent(rec []byte) (Event, error) {
 	r := reader{b: rec, ok: true}
 	e := Event{Kind: r.byte()}

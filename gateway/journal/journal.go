@@ -143,7 +143,7 @@ func (j *Journal) Publish(client string, ackTo any, flags byte, pid uint16, topi
 
 // event journals one record that appendTo writes at the end of the
 // current batch, given the event time. Publications from clients have
-// their own, allocation-free path (publish).
+// their own, allocation-free path (Publish).
 func (j *Journal) event(appendTo func(b []byte, at int64) []byte) (*Batch, error) {
 	b, at, err := j.begin()
 	if err != nil {
@@ -166,11 +166,14 @@ func (j *Journal) Clock(kind byte) (*Batch, error) {
 	return j.event(func(b []byte, at int64) []byte { return appendClock(b, kind, at) })
 }
 
+// SessionStart journals that client has a persistent session s.
 func (j *Journal) SessionStart(client string, s Session) error {
 	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionStart(b, at, client, s) })
 	return err
 }
 
+// SessionEnd journals the end of client's session (and of its duplicate
+// detection, subscriptions and QoS 2 exchanges).
 func (j *Journal) SessionEnd(client string) error {
 	_, err := j.event(func(b []byte, at int64) []byte { return appendSessionEnd(b, at, client) })
 	return err

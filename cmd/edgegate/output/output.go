@@ -17,6 +17,8 @@ func Forwarder(f *bridge.Forwarder) gateway.Output { return forwarder{f} }
 
 type forwarder struct{ f *bridge.Forwarder }
 
+var _ gateway.Output = forwarder{}
+
 func (o forwarder) Summary(s aggregate.Summary, m gateway.Mark) { o.f.Summary(s, bridge.Mark(m)) }
 
 // DeadLetter maps the gateway's dead letter onto the dead-letter record
