@@ -43,8 +43,8 @@ type Stats struct {
 	Bytes       int64  // total size of the segments
 	Segments    int
 	Truncated   int64  // bytes cut from the tail at Open (torn or corrupt)
-	Quarantined int    // sealed segments moved to quarantine/
-	Lost        uint64 // records in quarantined segments or gaps
+	Quarantined int    // damaged segments copied to quarantine/
+	Lost        uint64 // records in damaged frames or gaps
 	Syncs       uint64 // successful Sync calls
 }
 
@@ -52,6 +52,12 @@ type segment struct {
 	first uint64
 	path  string
 	size  int64
+
+	// What readers found damaged (damage.go), under Log.mu.
+	holes    map[int64]hole // offset of an invalid frame → where reading resumes
+	cut      int64          // a damaged tail was cut at this offset (0: none)
+	tailLost bool           // the records after the cut are counted lost
+	copied   bool           // a copy is in quarantine/
 }
 
 // Log is a segmented append-only log in one directory. Its methods are safe
@@ -62,6 +68,7 @@ type Log struct {
 	opts Options
 	log  *slog.Logger
 
+	syncMu   sync.Mutex // one Sync at a time: a second must not return before the first's fsyncs
 	mu       sync.Mutex
 	segs     []*segment // sorted by first; the last is active
 	active   *os.File
@@ -140,8 +147,13 @@ func Open(dir string, opts Options) (*Log, error) {
 	return l, nil
 }
 
-// recoverActive scans the last segment, truncates it after its last valid
-// frame, and opens it for appending.
+// recoverActive scans the last segment: damaged frames followed by valid
+// ones are skipped (a hole, counted), a damaged tail is truncated after the
+// last valid frame. The segment is then sealed and a new one started, so
+// that nothing is ever appended to a file whose pages were read back from
+// the page cache: after a failed fsync (the process then exits) those pages
+// may never reach the disk, and appending after them would put acknowledged
+// records behind data that is not there.
 func (l *Log) recoverActive() error {
 	s := l.segs[len(l.segs)-1]
 	data, err := os.ReadFile(s.path)
@@ -150,48 +162,79 @@ func (l *Log) recoverActive() error {
 	}
 	valid := int64(0)
 	seq := s.first
+	off := int64(0)
 	if validHeader(data) {
-		valid = headerSize
-		for {
-			_, n, err := parseFrame(data[valid:], valid, seq)
-			if err != nil {
-				break
+		valid, off = headerSize, headerSize
+	}
+	damaged := false
+	for off < int64(len(data)) {
+		if off >= headerSize {
+			if _, n, err := parseFrame(data[off:], off, seq); err == nil {
+				off += int64(n)
+				valid, seq = off, seq+1
+				continue
 			}
-			valid += int64(n)
-			seq++
 		}
+		to, next, ok := resync(data[off:], off, seq)
+		if !ok {
+			break
+		}
+		if s.holes == nil {
+			s.holes = map[int64]hole{}
+		}
+		s.holes[off] = hole{to: to, seq: next}
+		l.stats.Lost += next - seq
+		l.log.Error("queue: damaged records skipped", "segment", s.path, "offset", off, "records_lost", next-seq)
+		damaged = true
+		off, seq = to, next
+	}
+	if valid < headerSize && seq > s.first {
+		valid = off // a damaged header with valid frames after it
+	}
+	if damaged || valid < headerSize && len(data) > 0 {
+		l.copyToQuarantine(s)
 	}
 	f, err := os.OpenFile(s.path, os.O_RDWR, 0o640)
 	if err != nil {
 		return fmt.Errorf("recover segment %s: %w", s.path, err)
 	}
+	defer f.Close()
 	if cut := int64(len(data)) - valid; cut > 0 || valid == 0 {
 		l.stats.Truncated += cut
 		l.log.Warn("queue: damaged tail truncated", "segment", s.path, "bytes", cut, "valid_records", seq-s.first)
 		if err := f.Truncate(valid); err != nil {
-			f.Close()
 			return fmt.Errorf("truncate segment %s: %w", s.path, err)
 		}
-		if valid == 0 {
-			if _, err := f.WriteAt(segmentHeader(), 0); err != nil {
-				f.Close()
-				return fmt.Errorf("rewrite segment header %s: %w", s.path, err)
-			}
-			valid = headerSize
-		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return fmt.Errorf("sync segment %s: %w", s.path, err)
-		}
 	}
-	if _, err := f.Seek(valid, io.SeekStart); err != nil {
-		f.Close()
-		return fmt.Errorf("seek segment %s: %w", s.path, err)
+	if valid < headerSize && seq == s.first {
+		// Nothing valid at all: start the segment again, in place.
+		if _, err := f.WriteAt(segmentHeader(), 0); err != nil {
+			return fmt.Errorf("rewrite segment header %s: %w", s.path, err)
+		}
+		valid = headerSize
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync segment %s: %w", s.path, err)
 	}
 	s.size = valid
-	l.active = f
-	l.next = seq
-	return nil
+	if seq == s.first {
+		// No records: the segment can be the active one again; its header
+		// was just rewritten or fsynced.
+		a, err := os.OpenFile(s.path, os.O_RDWR, 0o640)
+		if err != nil {
+			return fmt.Errorf("recover segment %s: %w", s.path, err)
+		}
+		if _, err := a.Seek(valid, io.SeekStart); err != nil {
+			a.Close()
+			return fmt.Errorf("seek segment %s: %w", s.path, err)
+		}
+		l.active, l.next = a, seq
+		return nil
+	}
+	if err := l.createSegment(seq); err != nil {
+		return err
+	}
+	return syncDir(l.dir)
 }
 
 // createSegment starts a new active segment whose first record is first.
@@ -278,10 +321,16 @@ func (l *Log) usable() error {
 	return l.failed
 }
 
+// testHookSyncing, when set by a test, runs in Sync between taking the
+// files to fsync and fsyncing them.
+var testHookSyncing func()
+
 // Sync makes every record appended before it was called durable. A failure
 // fails the log: the caller must not acknowledge anything it appended, and
 // should stop the process.
 func (l *Log) Sync() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	l.mu.Lock()
 	if err := l.usable(); err != nil {
 		l.mu.Unlock()
@@ -293,6 +342,9 @@ func (l *Log) Sync() error {
 	l.dirDirty = false
 	upTo := l.next
 	l.mu.Unlock()
+	if testHookSyncing != nil {
+		testHookSyncing()
+	}
 
 	var err error
 	for i, f := range files {
@@ -393,30 +445,6 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	return err
-}
-
-// quarantine moves a damaged sealed segment aside and forgets it; read is
-// how many of its records were read before the damage.
-func (l *Log) quarantine(first, read uint64, why error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, s := range l.segs {
-		if s.first != first || i == len(l.segs)-1 {
-			continue
-		}
-		qdir := filepath.Join(l.dir, "quarantine")
-		os.MkdirAll(qdir, 0o750)
-		if err := os.Rename(s.path, filepath.Join(qdir, filepath.Base(s.path))); err != nil {
-			l.log.Error("queue: cannot quarantine damaged segment", "segment", s.path, "err", err)
-		}
-		syncDir(l.dir)
-		l.stats.Quarantined++
-		l.stats.Lost += l.segs[i+1].first - s.first - read
-		l.bytes -= s.size
-		l.segs = append(l.segs[:i], l.segs[i+1:]...)
-		l.log.Error("queue: damaged segment quarantined", "segment", s.path, "records_lost", l.stats.Lost, "reason", why)
-		return
-	}
 }
 
 func syncDir(dir string) error {

@@ -160,8 +160,9 @@ func TestRecovery(t *testing.T) {
 				f.WriteAt([]byte{'!'}, frameOffset(t, p, n-2)+frameHeader+3)
 				f.Close()
 			},
-			want:      func(string, []uint64) ([]uint64, uint64) { return seqs(1, n-3), 0 },
-			truncated: -1,
+			// only the damaged record is lost: the frames after it are valid
+			want:        func(string, []uint64) ([]uint64, uint64) { return append(seqs(1, n-3), n-1, n), 1 },
+			quarantined: 1,
 		},
 		"bad length in the active segment": {
 			damage: func(t *testing.T, dir string) {
@@ -170,8 +171,8 @@ func TestRecovery(t *testing.T) {
 				f.WriteAt([]byte{0xff, 0xff, 0xff, 0x7f}, frameOffset(t, p, n-1))
 				f.Close()
 			},
-			want:      func(string, []uint64) ([]uint64, uint64) { return seqs(1, n-2), 0 },
-			truncated: -1,
+			want:        func(string, []uint64) ([]uint64, uint64) { return append(seqs(1, n-2), n), 1 },
+			quarantined: 1,
 		},
 		"zero-filled tail": {
 			damage: func(t *testing.T, dir string) {
@@ -188,10 +189,9 @@ func TestRecovery(t *testing.T) {
 				f.WriteAt([]byte("JUNK"), 0)
 				f.Close()
 			},
-			want: func(_ string, firsts []uint64) ([]uint64, uint64) {
-				return seqs(1, firsts[len(firsts)-1]-1), 0
-			},
-			truncated: -1,
+			// the frames after the header are intact
+			want:        all,
+			quarantined: 1,
 		},
 		"bad checksum in a sealed segment": {
 			damage: func(t *testing.T, dir string) {
@@ -201,9 +201,9 @@ func TestRecovery(t *testing.T) {
 				f.WriteAt([]byte{'!'}, frameOffset(t, p, first+2)+frameHeader)
 				f.Close()
 			},
-			// the two records before the damaged frame survive
+			// only the damaged record is lost
 			want: func(_ string, f []uint64) ([]uint64, uint64) {
-				return append(seqs(1, f[1]+1), seqs(f[2], n)...), f[2] - (f[1] + 2)
+				return append(seqs(1, f[1]+1), seqs(f[1]+3, n)...), 1
 			},
 			quarantined: 1,
 		},

@@ -19,6 +19,9 @@ type Reader struct {
 	expect uint64 // sequence number of the next frame in the open segment
 	off    int64
 	hdr    [frameHeader]byte
+	// badHeader: the open segment's header is damaged; the next readFrame
+	// reports it as damage at offset 0.
+	badHeader bool
 	buf    []byte
 }
 
@@ -40,7 +43,7 @@ func (r *Reader) Close() error {
 
 // Next returns the next durable record. The payload is valid until the next
 // call. It returns io.EOF when no more durable records exist yet; call again
-// later for new ones. Damaged sealed segments are quarantined and skipped.
+// later for new ones. Damaged frames are skipped and counted (see damage.go).
 func (r *Reader) Next() (uint64, []byte, error) {
 	for {
 		l := r.l
@@ -86,37 +89,52 @@ func (r *Reader) Next() (uint64, []byte, error) {
 				return 0, nil, io.EOF
 			}
 			if err := r.open(cur); err != nil {
-				if next != nil {
-					l.quarantine(cur.first, 0, err)
-					continue
-				}
-				return 0, nil, err
+				return 0, nil, fmt.Errorf("read queue segment %s: %w", segName(cur.first), err)
 			}
 		}
 		if r.expect >= durable {
 			return 0, nil, io.EOF
 		}
 		payload, err := r.readFrame()
-		if err != nil {
-			sealed := next != nil
-			if errors.Is(err, io.EOF) && sealed {
-				// End of a sealed segment: on to the next.
-				r.Close()
-				if next.first != r.expect {
-					l.mu.Lock()
-					l.stats.Lost += next.first - r.expect
-					l.mu.Unlock()
-					l.log.Error("queue: gap between segments", "expected", r.expect, "next", next.first)
+		if errors.Is(err, io.EOF) && next != nil {
+			// End of a sealed segment: on to the next.
+			r.Close()
+			l.mu.Lock()
+			cur, _ := l.segmentOf(r.first)
+			counted := cur != nil && cur.tailLost
+			if next.first != r.expect && !counted {
+				l.stats.Lost += next.first - r.expect
+			}
+			l.mu.Unlock()
+			if next.first != r.expect && !counted {
+				l.log.Error("queue: gap between segments", "expected", r.expect, "next", next.first)
+			}
+			r.seq = max(r.seq, next.first)
+			continue
+		}
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			h, found, serr := l.skip(r.f, r.first, r.off, r.expect, err)
+			if serr != nil {
+				return 0, nil, serr
+			}
+			if found {
+				if _, err := r.f.Seek(h.to, io.SeekStart); err != nil {
+					return 0, nil, fmt.Errorf("read queue segment %s: %w", segName(r.first), err)
 				}
-				r.seq = max(r.seq, next.first)
+				r.br.Reset(r.f)
+				r.off, r.expect = h.to, h.seq
 				continue
 			}
-			if sealed {
-				l.quarantine(r.first, r.expect-r.first, err)
+			if next != nil {
 				r.Close()
 				r.seq = max(r.seq, next.first)
 				continue
 			}
+		}
+		if err != nil {
+			// An I/O error, or damage in the active segment after Open:
+			// nothing is set aside on an error that may pass.
 			return 0, nil, fmt.Errorf("read queue segment %s: %w", segName(r.first), err)
 		}
 		seq := r.expect
@@ -129,6 +147,9 @@ func (r *Reader) Next() (uint64, []byte, error) {
 	}
 }
 
+// open opens segment s for reading at its first frame. A damaged header
+// is not an error here: the reader is left at offset 0 with the header
+// unread, and the first frame read there is invalid, like any damage.
 func (r *Reader) open(s *segment) error {
 	f, err := os.Open(s.path)
 	if err != nil {
@@ -136,22 +157,35 @@ func (r *Reader) open(s *segment) error {
 	}
 	br := bufio.NewReaderSize(f, 64<<10)
 	h := make([]byte, headerSize)
-	if _, err := io.ReadFull(br, h); err != nil || !validHeader(h) {
-		f.Close()
-		return &FrameError{0, "bad segment header"}
+	r.f, r.br, r.first, r.expect = f, br, s.first, s.first
+	if _, err := io.ReadFull(br, h); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		r.Close()
+		return err
 	}
-	r.f, r.br, r.first, r.expect, r.off = f, br, s.first, s.first, headerSize
+	if !validHeader(h) {
+		r.off = 0
+		r.badHeader = true
+		return nil
+	}
+	r.off = headerSize
 	return nil
 }
 
 // readFrame reads and checks the next frame. io.EOF means a clean end of
 // the segment.
 func (r *Reader) readFrame() ([]byte, error) {
+	if r.badHeader {
+		r.badHeader = false
+		return nil, &FrameError{0, "bad segment header"}
+	}
 	if _, err := io.ReadFull(r.br, r.hdr[:4]); err != nil {
-		if err == io.EOF {
+		switch {
+		case err == io.EOF:
 			return nil, io.EOF
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, &FrameError{r.off, "torn header"}
 		}
-		return nil, &FrameError{r.off, "torn header"}
+		return nil, err
 	}
 	n := int(uint32(r.hdr[0]) | uint32(r.hdr[1])<<8 | uint32(r.hdr[2])<<16 | uint32(r.hdr[3])<<24)
 	if n == 0 || n > maxPayload {
@@ -163,7 +197,10 @@ func (r *Reader) readFrame() ([]byte, error) {
 	b := r.buf[:frameHeader+n]
 	copy(b, r.hdr[:4])
 	if _, err := io.ReadFull(r.br, b[4:]); err != nil {
-		return nil, &FrameError{r.off, "torn frame"}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &FrameError{r.off, "torn frame"}
+		}
+		return nil, err
 	}
 	payload, size, err := parseFrame(b, r.off, r.expect)
 	if err != nil {

@@ -50,7 +50,7 @@ var (
 	mEnqueued     = desc("queue_enqueued_total", "Records written to the outbound queue.")
 	mDelivered    = desc("queue_delivered_total", "Records delivered to Kafka.")
 	mDropped      = desc("queue_dropped_total", "Records dropped to respect storage.max_bytes.")
-	mLost         = desc("queue_lost_total", "Records lost in damaged queue segments (quarantined) or undecodable.")
+	mLost         = desc("queue_lost_total", "Records lost in damaged queue frames or undecodable.")
 	mFull         = desc("queue_full", "1 while the outbound queue is over its backpressure mark.")
 	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
 	mConnects     = desc("kafka_connects_total", "Successful connections to Kafka.")
