@@ -35,10 +35,12 @@ const maxQuarantined = 8
 // be: a frame whose sequence number jumps further cannot belong here.
 const maxSkip = 1 << 24
 
-// resync finds the first valid frame in b after its first byte whose
-// sequence number is at least from. b was read from offset base.
+// resync finds the first valid frame in b whose sequence number is at
+// least from (the frame at the start of b counts: it may be valid and
+// merely ahead). b was read from offset base, which is never a segment's
+// header.
 func resync(b []byte, base int64, from uint64) (off int64, seq uint64, ok bool) {
-	for p := 1; p+frameHeader <= len(b); p++ {
+	for p := 0; p+frameHeader <= len(b); p++ {
 		l := binary.LittleEndian.Uint32(b[p:])
 		if l == 0 || l > maxPayload || p+frameHeader+int(l) > len(b) {
 			continue
@@ -132,7 +134,11 @@ func (l *Log) skip(f *os.File, first uint64, off int64, expect uint64, why error
 	if err != nil {
 		return hole{}, false, fmt.Errorf("read segment %s: %w", s.path, err)
 	}
-	to, seq, ok := resync(rest, off, expect)
+	from := off
+	if off == 0 && len(rest) > 0 { // the damaged header: frames start after its first byte
+		rest, from = rest[1:], 1
+	}
+	to, seq, ok := resync(rest, from, expect)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

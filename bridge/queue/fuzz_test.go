@@ -29,6 +29,10 @@ func FuzzRecover(f *testing.F) {
 	bad := append([]byte{}, valid...)
 	bad[headerSize+20] ^= 0xff
 	f.Add(bad)
+	// A valid frame right after a damaged header's first byte, and one that
+	// is valid but ahead of the sequence it should carry: both are kept.
+	f.Add([]byte("0\x10\x00\x00\x00\xadP{\x05\x02\x00\x00\x00\x00\x00\x00\x00record-000002-xx0"))
+	f.Add([]byte("EGQL\x01\x00\x00\x00\x11\x00\x00\x00\x87y\x7f\xa2\x03\x00\x00\x00\x00\x00\x00\x00record-000003-xxx"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, segName(1))

@@ -168,14 +168,18 @@ func (l *Log) recoverActive() error {
 	}
 	damaged := false
 	for off < int64(len(data)) {
-		if off >= headerSize {
+		if off > 0 { // not the damaged header itself
 			if _, n, err := parseFrame(data[off:], off, seq); err == nil {
 				off += int64(n)
 				valid, seq = off, seq+1
 				continue
 			}
 		}
-		to, next, ok := resync(data[off:], off, seq)
+		from := off
+		if off == 0 { // the damaged header: frames start after its first byte
+			from = 1
+		}
+		to, next, ok := resync(data[from:], from, seq)
 		if !ok {
 			break
 		}
