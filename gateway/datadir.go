@@ -7,13 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/edgegate/edgegate/bridge/queue"
 )
 
 // LockDataDir takes an exclusive lock on <dir>/lock, so that a second
 // gateway started on the same directory stops before it recovers (and
 // truncates) files the first is writing. Close releases it.
 func LockDataDir(dir string) (io.Closer, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := queue.MkdirDurable(dir); err != nil {
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	path := filepath.Join(dir, "lock")

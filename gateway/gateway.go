@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -164,7 +163,7 @@ func (g *Gateway) recover() error {
 	// The state file first: its lock keeps a second gateway from
 	// recovering (truncating) a journal that another one is writing.
 	stateDir := filepath.Join(dir, "state")
-	if err := os.MkdirAll(stateDir, 0o750); err != nil {
+	if err := queue.MkdirDurable(stateDir); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	if g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {

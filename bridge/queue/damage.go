@@ -67,7 +67,7 @@ func (l *Log) copyToQuarantine(s *segment) {
 	l.stats.Quarantined++
 	qdir := filepath.Join(l.dir, "quarantine")
 	err := func() error {
-		if err := os.MkdirAll(qdir, 0o750); err != nil {
+		if err := MkdirDurable(qdir); err != nil {
 			return err
 		}
 		if kept, _ := os.ReadDir(qdir); len(kept) >= maxQuarantined {
@@ -86,7 +86,14 @@ func (l *Log) copyToQuarantine(s *segment) {
 			dst.Close()
 			return err
 		}
-		return dst.Close()
+		if err := dst.Sync(); err != nil {
+			dst.Close()
+			return err
+		}
+		if err := dst.Close(); err != nil {
+			return err
+		}
+		return syncDir(qdir)
 	}()
 	if err != nil {
 		l.log.Error("queue: cannot copy damaged segment to quarantine", "segment", s.path, "err", err)

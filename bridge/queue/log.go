@@ -101,7 +101,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := MkdirDurable(dir); err != nil {
 		return nil, fmt.Errorf("open queue %s: %w", dir, err)
 	}
 	l := &Log{dir: dir, opts: opts, log: opts.Logger}
@@ -449,6 +449,32 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// MkdirDurable creates dir (and its parents) if it does not exist, and
+// makes the new entries durable: after a power cut a directory created
+// without an fsync of its parent may be gone, with everything in it.
+func MkdirDurable(dir string) error {
+	dir = filepath.Clean(dir)
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		created = append(created, d)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	for _, d := range created {
+		if err := syncDir(filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -156,20 +156,21 @@ func UpdateUsersFile(path, user string, create bool, hash func() ([]byte, error)
 			lines = append(lines, user+":"+string(h))
 		}
 	}
-	if err := writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n")); err != nil {
-		return err
-	}
-	// What the gateway will read back must load.
-	if _, err := LoadUsers(path); err != nil {
-		return fmt.Errorf("the file does not load after the change: %w", err)
-	}
-	return nil
+	// What the gateway will read back must load: checked on the new file
+	// before it replaces the old one.
+	return writeFileAtomic(path, []byte(strings.Join(lines, "\n")+"\n"), func(tmp string) error {
+		if _, err := LoadUsers(tmp); err != nil {
+			return fmt.Errorf("the file would not load after the change (nothing was changed): %w", err)
+		}
+		return nil
+	})
 }
 
 // writeFileAtomic replaces path with data, keeping path's mode, owner and
 // group (new files: 0600): a reader sees the old file or the new one,
-// never a part, and a service that could read it still can.
-func writeFileAtomic(path string, data []byte) error {
+// never a part, and a service that could read it still can. check sees the
+// new file before it replaces path, and can refuse it.
+func writeFileAtomic(path string, data []byte, check func(tmp string) error) error {
 	mode := os.FileMode(0o600)
 	st, statErr := os.Stat(path)
 	if statErr == nil {
@@ -203,5 +204,17 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := check(tmp.Name()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable only once the directory is.
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }

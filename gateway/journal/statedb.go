@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -62,6 +63,16 @@ func OpenStateDB(path string, log *slog.Logger) (*StateDB, error) {
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init state %s: %w", path, err)
+	}
+	// A new (or set-aside) state file's directory entry is durable only
+	// once its directory is.
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("init state %s: fsync directory: %w", path, err)
+		}
 	}
 	return &StateDB{db: db, Path: path}, nil
 }
