@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
 	topic := fs.String("topic", "edge.summaries", "summaries topic")
 	gateway := fs.String("gateway", "", "only summaries of this gateway id (default: all)")
+	devices := fs.String("devices", "*", "only summaries of devices matching this pattern (path.Match syntax, e.g. sim-*): other devices share the gateway")
 	rules := firmwaresim.DefaultRules()
 	fs.DurationVar(&rules.Window, "window", rules.Window, "the gateway's aggregate.window")
 	fs.DurationVar(&rules.MaxOutOfOrder, "max-out-of-order", rules.MaxOutOfOrder, "the gateway's aggregate.max_out_of_order")
@@ -48,10 +50,20 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("verify: %s: %w", *truthPath, err)
 	}
+	if _, err := path.Match(*devices, ""); err != nil {
+		return fmt.Errorf("verify: --devices %q: %w", *devices, err)
+	}
 	found, err := readSummaries(ctx, strings.Split(*brokers, ","), *topic, *gateway, *idle, *timeout)
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
 	}
+	kept := found[:0]
+	for _, f := range found {
+		if ok, _ := path.Match(*devices, f.Device); ok {
+			kept = append(kept, f)
+		}
+	}
+	found = kept
 	fmt.Fprintf(out, "truth log %s: %d records; %s: %d summaries read (read_committed)\n", *truthPath, len(truth), *topic, len(found))
 	r := firmwaresim.Verify(truth, found, rules)
 	r.WriteTable(out, *all, *problems)

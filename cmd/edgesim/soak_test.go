@@ -1,0 +1,348 @@
+//go:build e2e
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
+	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+var soakFor = flag.Duration("soak", 60*time.Second, "TestSoakUnderAttack: how long each run lasts")
+
+// TestSoakUnderAttack runs 1,000 well-behaved devices publishing QoS 1
+// against a gateway delivering to kfake, twice: alone, and while the
+// attacks of issue 14 (1–5) run together. In both runs every acknowledged
+// reading of the good devices must be in Kafka exactly once (edgesim
+// verify), and under attack their PUBACK p99 must stay within twice the
+// run without attackers.
+func TestSoakUnderAttack(t *testing.T) {
+	quiet := soak(t, false)
+	attacked := soak(t, true)
+	t.Logf("PUBACK of the good devices: alone p50 %.1f ms p99 %.1f ms; under attack p50 %.1f ms p99 %.1f ms (%.2f×)",
+		quiet.p50, quiet.p99, attacked.p50, attacked.p99, attacked.p99/quiet.p99)
+	t.Logf("attacks: %s", attacked.attacks)
+	if attacked.p99 > 2*max(quiet.p99, 5) {
+		t.Errorf("PUBACK p99 under attack %.1f ms, more than twice the %.1f ms without", attacked.p99, quiet.p99)
+	}
+}
+
+type soakResult struct {
+	p50, p99 float64 // ms
+	attacks  string
+}
+
+func soak(t *testing.T, attack bool) soakResult {
+	name := map[bool]string{false: "alone", true: "attacked"}[attack]
+	_, brokers := kafkatest.Start(t, 3, "edge.summaries", "edge.deadletter", "edge.offsets")
+	cfg := configs.Default()
+	cfg.Gateway.ID, cfg.Gateway.DataDir = "gw-soak-"+name, t.TempDir()
+	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
+	cfg.MQTT.ConnectRateExempt = nil // the session flood comes from loopback too
+	cfg.HTTP.Listen = ""
+	cfg.Kafka.Brokers = brokers
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
+		kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "soak",
+			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithCancel(context.Background())
+	fctx, fcancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); gw.Run(gctx) }()
+	go func() { defer wg.Done(); fwd.Run(fctx) }()
+	defer func() { gcancel(); fcancel(); wg.Wait() }()
+
+	actx, acancel := context.WithCancel(context.Background())
+	var attackers sync.WaitGroup
+	counts := &attackCounts{}
+	if attack {
+		for _, a := range []func(context.Context, string, *attackCounts){pingFlood, deadLetterBomb, seriesBomb, sessionFlood, inflightFlood} {
+			attackers.Add(1)
+			go func() { defer attackers.Done(); a(actx, gw.Addr(), counts) }()
+		}
+	}
+	truthPath := filepath.Join(t.TempDir(), "truth.jsonl")
+	var out bytes.Buffer
+	status := runMain(context.Background(), []string{"run", "--devices", "1000", "--metrics", "1", "--rate", "1", "--qos", "1",
+		"--form", "object", "--duration", soakFor.String(), "--addr", gw.Addr(), "--truth", truthPath}, &out, &out)
+	acancel()
+	attackers.Wait()
+	if status != 0 {
+		t.Fatalf("%s: edgesim run: status %d\n%s", name, status, out.String())
+	}
+	t.Logf("%s: edgesim run:\n%s", name, lastLines(out.String(), 12))
+	gcancel()
+	for deadline := time.Now().Add(60 * time.Second); fwd.Stats().Queued > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: forwarder still has %d records queued", name, fwd.Stats().Queued)
+		}
+	}
+	res := soakResult{p50: tableValue(t, out.String(), "PUBACK p50 ms"), p99: tableValue(t, out.String(), "PUBACK p99 ms"), attacks: counts.String()}
+	out.Reset()
+	if status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", strings.Join(brokers, ","),
+		"--devices", "sim-*", "--idle", "2s"}, &out, &out); status != 0 {
+		t.Errorf("%s: verify: status %d\n%s", name, status, out.String())
+	} else {
+		t.Logf("%s: verify:\n%s", name, lastLines(out.String(), 4))
+	}
+	return res
+}
+
+// tableValue reads a figure from edgesim run's summary table.
+func tableValue(t *testing.T, table, row string) float64 {
+	for _, l := range strings.Split(table, "\n") {
+		if v, ok := strings.CutPrefix(l, row); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	t.Fatalf("no %q in\n%s", row, table)
+	return 0
+}
+
+// attackCounts counts what the attackers managed to do.
+type attackCounts struct {
+	mu                                           sync.Mutex
+	pings, bombs, seriesBombs, sessions, floods int
+	connects                                     int
+}
+
+func (c *attackCounts) add(f *int) { c.mu.Lock(); *f++; c.mu.Unlock() }
+
+func (c *attackCounts) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%d PINGREQs unread, %d dead-letter bombs, %d series bombs, %d sessions left behind, %d receive-maximum floods, %d attacker connections",
+		c.pings, c.bombs, c.seriesBombs, c.sessions, c.floods, c.connects)
+}
+
+// Raw MQTT packets, enough for the attackers.
+
+func mqttString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+func packet(kind byte, body []byte) []byte {
+	b := []byte{kind}
+	n := len(body)
+	for {
+		d := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			break
+		}
+	}
+	return append(b, body...)
+}
+
+// connectPacket is a CONNECT for protocol 4 (3.1.1) or 5.
+func connectPacket(proto byte, id string, clean bool, keepAlive uint16) []byte {
+	b := mqttString(nil, "MQTT")
+	b = append(b, proto)
+	flags := byte(0)
+	if clean {
+		flags |= 0x02
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint16(b, keepAlive)
+	if proto == 5 {
+		if clean {
+			b = append(b, 0)
+		} else {
+			b = append(b, 5, 0x11, 0, 0, 0x0e, 0x10) // session expiry 3600 s
+		}
+	}
+	return packet(0x10, mqttString(b, id))
+}
+
+func publishPacket(proto byte, topic string, pid uint16, payload []byte) []byte {
+	b := mqttString(nil, topic)
+	b = binary.BigEndian.AppendUint16(b, pid)
+	if proto == 5 {
+		b = append(b, 0)
+	}
+	return packet(0x32, append(b, payload...)) // QoS 1
+}
+
+// dial connects and sends CONNECT; a goroutine drains what the broker
+// writes unless read is false.
+func dial(ctx context.Context, addr string, c *attackCounts, connect []byte, read bool) net.Conn {
+	d := net.Dialer{Timeout: 2 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil
+	}
+	c.add(&c.connects)
+	if read {
+		go io.Copy(io.Discard, bufio.NewReader(conn))
+	} else if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetReadBuffer(1024)
+	}
+	conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Write(connect); err != nil {
+		conn.Close()
+		return nil
+	}
+	return conn
+}
+
+func pause(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// pingFlood (1): a 3.1.1 client with keep alive 0 and a tiny receive
+// buffer publishes QoS 1, then sends PINGREQs without end and never reads.
+func pingFlood(ctx context.Context, addr string, c *attackCounts) {
+	for ctx.Err() == nil {
+		conn := dial(ctx, addr, c, connectPacket(4, "atk-ping", true, 0), false)
+		if conn == nil {
+			pause(ctx, 200*time.Millisecond)
+			continue
+		}
+		for i := range 5 {
+			conn.Write(publishPacket(4, "sensors/atk-ping/v", uint16(i+1), []byte("1")))
+		}
+		ping := bytes.Repeat([]byte{0xc0, 0x00}, 512)
+		for ctx.Err() == nil {
+			conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+			if _, err := conn.Write(ping); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					continue // the gateway stopped reading us: keep the socket
+				}
+				break // disconnected: come back
+			}
+			c.mu.Lock()
+			c.pings += 512
+			c.mu.Unlock()
+		}
+		conn.Close()
+	}
+}
+
+// deadLetterBomb (2): once a second, a 60 KB JSON object with thousands
+// of non-numeric fields.
+func deadLetterBomb(ctx context.Context, addr string, c *attackCounts) {
+	var body bytes.Buffer
+	body.WriteByte('{')
+	for i := 0; body.Len() < 60_000; i++ {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		fmt.Fprintf(&body, `"f%d":"x"`, i)
+	}
+	body.WriteByte('}')
+	attackLoop(ctx, addr, c, "atk-dead", func(conn net.Conn, n int) {
+		conn.Write(publishPacket(5, "sensors/atk-dead", uint16(n%60000+1), body.Bytes()))
+		c.add(&c.bombs)
+	})
+}
+
+// seriesBomb (3): once a second, an object with 5,000 metrics never seen
+// before.
+func seriesBomb(ctx context.Context, addr string, c *attackCounts) {
+	attackLoop(ctx, addr, c, "atk-series", func(conn net.Conn, n int) {
+		var body bytes.Buffer
+		body.WriteByte('{')
+		for i := range 5000 {
+			if i > 0 {
+				body.WriteByte(',')
+			}
+			fmt.Fprintf(&body, `"m%d_%d":1`, n, i)
+		}
+		body.WriteByte('}')
+		conn.Write(publishPacket(5, "sensors/atk-series", uint16(n%60000+1), body.Bytes()))
+		c.add(&c.seriesBombs)
+	})
+}
+
+// attackLoop keeps one MQTT 5 connection as id and calls send once a
+// second.
+func attackLoop(ctx context.Context, addr string, c *attackCounts, id string, send func(net.Conn, int)) {
+	var conn net.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close()
+		}
+	}()
+	for n := 0; ctx.Err() == nil; n++ {
+		if conn == nil {
+			if conn = dial(ctx, addr, c, connectPacket(5, id, true, 30), true); conn == nil {
+				pause(ctx, 200*time.Millisecond)
+				continue
+			}
+		}
+		conn.SetWriteDeadline(time.Now().Add(2 * time.Second))
+		send(conn, n)
+		pause(ctx, time.Second)
+	}
+}
+
+// sessionFlood (4): five times a second a new client id with a persistent
+// session, which it leaves behind.
+func sessionFlood(ctx context.Context, addr string, c *attackCounts) {
+	for n := 0; ctx.Err() == nil; n++ {
+		if conn := dial(ctx, addr, c, connectPacket(4, fmt.Sprintf("atk-sess-%06d", n), false, 30), true); conn != nil {
+			c.add(&c.sessions)
+			pause(ctx, 50*time.Millisecond)
+			conn.Close()
+		}
+		pause(ctx, 150*time.Millisecond)
+	}
+}
+
+// inflightFlood (5): an MQTT 5 client sends 400 QoS 1 publications without
+// waiting for a PUBACK (receive maximum 256), reusing packet ids from 1
+// after each reconnect, as rebooted firmware does.
+func inflightFlood(ctx context.Context, addr string, c *attackCounts) {
+	attackLoop(ctx, addr, c, "atk-inflight", func(conn net.Conn, n int) {
+		var b []byte
+		for i := range 400 {
+			b = append(b, publishPacket(5, "sensors/atk-inflight/v", uint16(i+1), []byte(strconv.Itoa(n)))...)
+		}
+		conn.Write(b)
+		c.add(&c.floods)
+	})
+}
