@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -41,6 +43,11 @@ type Options struct {
 	// are ridden out by sarama's own retries (the outage test resumes in
 	// under a second).
 	StallTimeout time.Duration
+	// MaxRecordBytes is sarama's Producer.MaxMessageBytes: the largest
+	// record (bridge.Record.Size) and the most one partition's records
+	// take in one request (default 512 KiB). Keep it below the brokers'
+	// message.max.bytes; the Forwarder sets larger records aside.
+	MaxRecordBytes int
 	// TLS, if set, encrypts the connections to the brokers.
 	TLS *tls.Config
 	// SASL, if set, authenticates to the brokers.
@@ -72,7 +79,10 @@ func SaramaConfig(o Options) *sarama.Config {
 	}
 	c.Producer.Flush.Frequency = 5 * time.Millisecond
 	c.Producer.Flush.MaxMessages = 0
-	c.Producer.MaxMessageBytes = 1 << 20
+	c.Producer.MaxMessageBytes = 512 << 10
+	if o.MaxRecordBytes > 0 {
+		c.Producer.MaxMessageBytes = o.MaxRecordBytes
+	}
 	c.Producer.Partitioner = sarama.NewHashPartitioner // key = gateway/device: one partition per device
 	if o.TransactionalID != "" {
 		c.Producer.Transaction.ID = o.TransactionalID
@@ -203,6 +213,7 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 	headers := make([]sarama.RecordHeader, nh) // one allocation for the batch
 	for i, r := range batch {
 		m := &msgs[i]
+		m.Metadata = i // where a refused record is in the batch
 		m.Topic = r.Topic
 		m.Key = sarama.ByteEncoder(r.Key)
 		m.Value = sarama.ByteEncoder(r.Value)
@@ -215,6 +226,7 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 	}
 	sent, done := 0, 0
 	var firstErr error
+	var refused *bridge.RefusedError
 	// sarama does not know PRODUCER_FENCED (error 90) as such and retries
 	// the batch for a long time, although its transaction manager has
 	// already failed for good; watch for that.
@@ -240,7 +252,12 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 		case perr := <-s.p.Errors():
 			done++
 			progress = time.Now()
-			if firstErr == nil {
+			if i, ok := perr.Msg.Metadata.(int); ok && refusedForGood(perr.Err) != "" {
+				if refused == nil {
+					refused = &bridge.RefusedError{Reason: fmt.Sprintf("kafka refused it: %s on %s (%v)", refusedForGood(perr.Err), perr.Msg.Topic, perr.Err)}
+				}
+				refused.Indexes = append(refused.Indexes, i)
+			} else if firstErr == nil {
 				firstErr = fmt.Errorf("produce to %s: %w", perr.Msg.Topic, perr.Err)
 			}
 		case <-watch.C:
@@ -254,7 +271,34 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 			return ctx.Err()
 		}
 	}
+	if firstErr == nil && refused != nil {
+		slices.Sort(refused.Indexes)
+		return refused
+	}
 	return firstErr
+}
+
+// refusedForGood returns the Kafka name of err if it refuses a record in a
+// way that sending it again cannot cure: the record (or its partition's
+// records in the request) is too large for the broker, malformed, or
+// refused by the topic's validation; "" otherwise. sarama has already
+// retried those it thinks may pass (CORRUPT_MESSAGE among them).
+func refusedForGood(err error) string {
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) && strings.Contains(string(ce), "MaxMessageBytes") {
+		return "over the producer's max message bytes (kafka.max_record_bytes)" // sarama's own check, before sending
+	}
+	var ke sarama.KError
+	if !errors.As(err, &ke) {
+		return ""
+	}
+	return map[sarama.KError]string{
+		sarama.ErrMessageSizeTooLarge:    "MESSAGE_TOO_LARGE",
+		sarama.ErrMessageSetSizeTooLarge: "RECORD_LIST_TOO_LARGE",
+		sarama.ErrInvalidRecord:          "INVALID_RECORD",
+		sarama.ErrInvalidTimestamp:       "INVALID_TIMESTAMP",
+		sarama.ErrInvalidMessage:         "CORRUPT_MESSAGE",
+	}[ke]
 }
 
 // Close stops the producer, waiting at most two seconds for it to flush.

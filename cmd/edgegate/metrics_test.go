@@ -104,6 +104,9 @@ func TestMetrics(t *testing.T) {
 		`edgegate_devices_unlisted 0`,
 		`edgegate_queue_oldest_age_seconds `,
 		`edgegate_kafka_batches_total `,
+		`edgegate_kafka_refused_total 0`,
+		`edgegate_kafka_refused_dropped_total 0`,
+		`edgegate_kafka_refused_bytes `,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
