@@ -124,7 +124,12 @@ type Options struct {
 	Dir             string     // directory of the outbound queue
 	MaxBytes        int64      // quota of the outbound queue; default 1 GiB
 	Policy          FullPolicy // what to do when the quota is reached
-	BatchSize       int        // records per Send (one transaction); default 10000 (about 4 MiB of summaries)
+	BatchSize       int        // at most this many records per Send (one transaction); default 10000
+	// MaxBatchBytes caps the records' bytes (Record.Size) of one Send.
+	// Within it the size adapts to the link: the first batch is 16 KiB, a
+	// batch sent within a second doubles the next, one that took over 4 s
+	// or failed halves it. Default 1 MiB.
+	MaxBatchBytes int
 	// MaxRecordBytes bounds one record (Record.Size); a larger one is set
 	// aside without being sent. Keep it below the brokers'
 	// message.max.bytes; default 512 KiB.
@@ -152,6 +157,7 @@ type Stats struct {
 	LinkUp     bool
 	Connects   uint64 // successful connections
 	SendErrors uint64
+	BatchBytes int // the size the next batch may take, adapted to the link
 	// Refused counts records set aside because Kafka refused them for good
 	// or they were over MaxRecordBytes; RefusedBytes is the size of their
 	// store, RefusedDropped how many of them were dropped to keep it within
@@ -205,6 +211,9 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 10000
 	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 1 << 20
+	}
 	if opts.MaxRecordBytes <= 0 {
 		opts.MaxRecordBytes = 512 << 10
 	}
@@ -247,6 +256,7 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		return nil, err
 	}
 	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q, refused: refused, opened: time.Now()}
+	f.stats.BatchBytes = min(firstBatchBytes, opts.MaxBatchBytes)
 	if f.stored, err = lastMark(q); err != nil {
 		q.Close()
 		refused.Close()
@@ -464,6 +474,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	var pending []Record
 	var seqs []uint64
 	var pendingNext uint64
+	// budget is how many bytes of records the next Send may take.
+	budget := min(firstBatchBytes, f.opts.MaxBatchBytes)
+	setBudget := func(b int) {
+		budget = max(min(b, f.opts.MaxBatchBytes), minBatchBytes)
+		f.mu.Lock()
+		f.stats.BatchBytes = budget
+		f.mu.Unlock()
+	}
 	// suspect is the index in pending of a record Kafka may refuse (it
 	// refused a request that held it): the records before it are sent
 	// first, then it alone. -1 for none.
@@ -578,7 +596,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				}
 				continue
 			}
-			k := f.chunk(pending, suspect)
+			k, size := f.chunk(pending, suspect, budget)
+			began := time.Now()
 			if err := p.Send(sendCtx, pending[:k], Position{Queue: f.q.ID(), Next: nextOf(k)}); err != nil {
 				f.mu.Lock()
 				f.stats.SendErrors++
@@ -610,10 +629,19 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				p.Close()
 				p = nil
 				f.setLink(false)
-				return fmt.Errorf("send %d records: %w", k, err), nil
+				setBudget(budget / 2)
+				return fmt.Errorf("send %d records (%d bytes): %w", k, size, err), nil
 			}
 			if err := advance(k, k, false); err != nil {
 				return nil, err
+			}
+			// Adapt the next batch to the link: grow while batches that
+			// filled their budget go through quickly, shrink after a slow one.
+			switch took := time.Since(began); {
+			case took > slowSend:
+				setBudget(budget / 2)
+			case took < fastSend && size >= budget/2:
+				setBudget(budget * 2)
 			}
 			backoff = f.opts.MinBackoff
 		}
@@ -662,23 +690,43 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	}
 }
 
+// Batch sizes adapt to the link. The first batch is small enough to cross
+// a slow link well within the stall timeout (16 KiB of summaries is about
+// 6 KB on the wire, 0.3 s at 20 KB/s). A batch that filled its budget and
+// went through within fastSend doubles the next (up to MaxBatchBytes); one
+// that took longer than slowSend, or failed, halves it (down to
+// minBatchBytes; a batch always takes at least one record). In between, a
+// batch is a few seconds of the link: a failure resends little, a record
+// waits little behind its batch, and a request stays far from the stall
+// timeout and sarama's read timeout (10 s).
+const (
+	firstBatchBytes = 16 << 10
+	minBatchBytes   = 4 << 10
+	fastSend        = time.Second
+	slowSend        = 4 * time.Second
+)
+
 // chunk returns how many of the first records of pending the next Send
-// takes: all of them, but none over MaxRecordBytes (the first record is
-// not), and when a suspect is known the records before it, or it alone.
-func (f *Forwarder) chunk(pending []Record, suspect int) int {
+// takes, and their bytes: at least one, as many as fit in budget bytes,
+// none over MaxRecordBytes (the first record is not), and when a suspect
+// is known the records before it, or it alone.
+func (f *Forwarder) chunk(pending []Record, suspect, budget int) (k, size int) {
+	size = pending[0].Size()
 	if suspect == 0 {
-		return 1
+		return 1, size
 	}
-	k := len(pending)
+	n := len(pending)
 	if suspect > 0 {
-		k = min(k, suspect)
+		n = min(n, suspect)
 	}
-	for j := 1; j < k; j++ {
-		if pending[j].Size() > f.opts.MaxRecordBytes {
-			return j
+	for k = 1; k < n; k++ {
+		rs := pending[k].Size()
+		if rs > f.opts.MaxRecordBytes || size+rs > budget {
+			break
 		}
+		size += rs
 	}
-	return k
+	return k, size
 }
 
 // refusedAt reports whether err says that Kafka refused records of a
@@ -707,7 +755,8 @@ type batchOf struct {
 }
 
 // readBatch makes what was appended durable and reads up to BatchSize
-// records. An empty batch with next 0 means nothing is queued.
+// records, or MaxBatchBytes of them. An empty batch with next 0 means
+// nothing is queued.
 func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 	var b batchOf
 	if st := f.q.Stats(); st.Next > st.Durable {
@@ -716,7 +765,8 @@ func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 			return b
 		}
 	}
-	for len(b.recs) < f.opts.BatchSize {
+	bytes := 0
+	for len(b.recs) < f.opts.BatchSize && bytes < f.opts.MaxBatchBytes {
 		seq, data, err := r.Next()
 		if err == io.EOF {
 			break
@@ -739,6 +789,7 @@ func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 		}
 		b.recs = append(b.recs, rec)
 		b.seqs = append(b.seqs, seq)
+		bytes += rec.Size()
 	}
 	return b
 }

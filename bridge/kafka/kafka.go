@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -36,12 +37,14 @@ type Options struct {
 	TransactionalID string
 	OffsetsTopic    string
 	PositionKey     string
-	// StallTimeout abandons a batch (or a commit) when Kafka has answered
-	// nothing for this long (default 10s): a link that went silent without
-	// a reset is then replaced by a fresh producer instead of waiting out
-	// sarama's retries and circuit breaker. Outages that reset connections
-	// are ridden out by sarama's own retries (the outage test resumes in
-	// under a second).
+	// StallTimeout abandons a batch (or a commit) when no byte has moved
+	// between the producer and the brokers for this long (default 10s): a
+	// link that went silent without a reset is then replaced by a fresh
+	// producer instead of waiting out sarama's retries and circuit breaker.
+	// A slow link whose bytes keep moving is not a stall, however long the
+	// batch takes. It is also sarama's read and write timeout of a request.
+	// Outages that reset connections are ridden out by sarama's own retries
+	// (the outage test resumes in under a second).
 	StallTimeout time.Duration
 	// MaxRecordBytes is sarama's Producer.MaxMessageBytes: the largest
 	// record (bridge.Record.Size) and the most one partition's records
@@ -64,8 +67,8 @@ func SaramaConfig(o Options) *sarama.Config {
 	c.Version = sarama.V2_8_0_0 // idempotence needs 0.11, zstd 2.1
 	c.Net.MaxOpenRequests = 1   // required by idempotence
 	c.Net.DialTimeout = 5 * time.Second
-	c.Net.ReadTimeout = 10 * time.Second
-	c.Net.WriteTimeout = 10 * time.Second
+	c.Net.ReadTimeout = stallTimeout(o)
+	c.Net.WriteTimeout = stallTimeout(o)
 	c.Metadata.Retry.Max = 3
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
 	c.Producer.Idempotent = true
@@ -95,6 +98,13 @@ func SaramaConfig(o Options) *sarama.Config {
 	return c
 }
 
+func stallTimeout(o Options) time.Duration {
+	if o.StallTimeout > 0 {
+		return o.StallTimeout
+	}
+	return 10 * time.Second
+}
+
 // NewConnector returns a bridge.Connector that makes sarama async
 // producers. A connection attempt that ctx ends is abandoned (a producer
 // made after that is closed); a failure to reach any broker is explained
@@ -106,8 +116,11 @@ func NewConnector(o Options) bridge.Connector {
 			err error
 		}
 		ch := make(chan result, 1)
+		cfg := SaramaConfig(o)
+		meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
+		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
 		go func() {
-			p, err := sarama.NewAsyncProducer(o.Brokers, SaramaConfig(o))
+			p, err := sarama.NewAsyncProducer(o.Brokers, cfg)
 			ch <- result{p, err}
 		}()
 		select {
@@ -115,7 +128,7 @@ func NewConnector(o Options) bridge.Connector {
 			if r.err != nil {
 				return nil, explainError(r.err, o)
 			}
-			return &saramaProducer{p: r.p, o: o, hbytes: map[string][]byte{}}, nil
+			return &saramaProducer{p: r.p, o: o, moved: meter.moved, hbytes: map[string][]byte{}}, nil
 		case <-ctx.Done():
 			go func() { // do not leak a producer made after we gave up
 				if r := <-ch; r.err == nil {
@@ -130,6 +143,7 @@ func NewConnector(o Options) bridge.Connector {
 type saramaProducer struct {
 	p      sarama.AsyncProducer
 	o      Options
+	moved  *atomic.Int64     // bytes moved on the producer's connections
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
 }
 
@@ -171,25 +185,43 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 		return s.txnError("produce in transaction", err)
 	}
 	// CommitTxn takes no context and retries for a long time when the link
-	// is down; bound the wait. An abandoned commit's outcome is unknown: the
-	// Forwarder replaces the producer (whose initialisation fences this one
-	// and completes or aborts the transaction) and reads the position back.
-	stall := s.o.StallTimeout
-	if stall <= 0 {
-		stall = 10 * time.Second
-	}
+	// is down; bound the wait by the stall timeout (no bytes moving). An
+	// abandoned commit's outcome is unknown: the Forwarder replaces the
+	// producer (whose initialisation fences this one and completes or
+	// aborts the transaction) and reads the position back.
 	done := make(chan error, 1)
 	go func() { done <- s.p.CommitTxn() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return s.txnError("commit transaction", err)
+	stalled := s.stallWatch()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return s.txnError("commit transaction", err)
+			}
+			return nil
+		case <-watch.C:
+			if stalled() {
+				return fmt.Errorf("commit transaction: no bytes moved to or from Kafka for %v; outcome unknown", stallTimeout(s.o))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
 		}
-		return nil
-	case <-time.After(stall):
-		return fmt.Errorf("commit transaction: no answer from Kafka for %v; outcome unknown", stall)
-	case <-ctx.Done():
-		return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
+	}
+}
+
+// stallWatch returns a function that reports whether no byte has moved on
+// the producer's connections for the stall timeout (since stallWatch was
+// called, or since the last call that saw bytes move).
+func (s *saramaProducer) stallWatch() func() bool {
+	stall := stallTimeout(s.o)
+	last, since := s.moved.Load(), time.Now()
+	return func() bool {
+		if n := s.moved.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		return time.Since(since) > stall
 	}
 }
 
@@ -232,11 +264,7 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 	// already failed for good; watch for that.
 	watch := time.NewTicker(100 * time.Millisecond)
 	defer watch.Stop()
-	stall := s.o.StallTimeout
-	if stall <= 0 {
-		stall = 10 * time.Second
-	}
-	progress := time.Now()
+	stalled := s.stallWatch()
 	for done < len(batch) {
 		var in chan<- *sarama.ProducerMessage
 		var next *sarama.ProducerMessage
@@ -248,10 +276,8 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 			sent++
 		case <-s.p.Successes():
 			done++
-			progress = time.Now()
 		case perr := <-s.p.Errors():
 			done++
-			progress = time.Now()
 			if i, ok := perr.Msg.Metadata.(int); ok && refusedForGood(perr.Err) != "" {
 				if refused == nil {
 					refused = &bridge.RefusedError{Reason: fmt.Sprintf("kafka refused it: %s on %s (%v)", refusedForGood(perr.Err), perr.Msg.Topic, perr.Err)}
@@ -264,8 +290,8 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 			if s.o.TransactionalID != "" && s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
 				return fmt.Errorf("transaction manager failed: %w", bridge.ErrFenced)
 			}
-			if time.Since(progress) > stall {
-				return fmt.Errorf("kafka acknowledged nothing for %v (%d of %d records done): link down?", stall, done, len(batch))
+			if stalled() {
+				return fmt.Errorf("no bytes moved to or from kafka for %v (%d of %d records done): link down?", stallTimeout(s.o), done, len(batch))
 			}
 		case <-ctx.Done():
 			return ctx.Err()
