@@ -185,3 +185,35 @@ func TestSlowUplinkDrains(t *testing.T) {
 		t.Errorf("read back %d records, %d distinct; want %d", len(msgs), len(got), n)
 	}
 }
+
+// TestBatchesGrowOnAFastLink drains a backlog straight into kfake: the
+// batch budget starts small and doubles up to MaxBatchBytes, where it
+// stays, and the backlog goes in a few batches, not in 16 KiB ones.
+func TestBatchesGrowOnAFastLink(t *testing.T) {
+	_, addrs := kafkatest.Start(t, 3, summaries, dead, offsetsTopic)
+	const capBytes = 256 << 10
+	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{MaxBatchBytes: capBytes})
+	if b := f.Stats().BatchBytes; b != 16<<10 {
+		t.Errorf("first batch budget %d, want %d", b, 16<<10)
+	}
+	const n = 3000
+	for i := 0; i < n; i++ {
+		f.Summary(summary(fmt.Sprintf("dev-%02d", i%40), i/40), bridge.Mark{})
+	}
+	stop := run(t, f)
+	kafkatest.Consume(t, addrs, summaries, n, 20*time.Second)
+	for deadline := time.Now().Add(10 * time.Second); f.Stats().Queued > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	st := f.Stats()
+	// 3,000 summaries of about 480 bytes (Record.Size) are 1.4 MB: 16, 32,
+	// 64, 128 KiB, then 256 KiB batches, and the tail of each 256 KiB read
+	// from the queue: about 12 batches (88 if the budget never grew).
+	t.Logf("%d summaries in %d batches; budget now %d bytes", n, st.Batches, st.BatchBytes)
+	if st.Delivered != n || st.BatchBytes != capBytes || st.Batches < 8 || st.Batches > 14 {
+		t.Errorf("delivered %d in %d batches, budget %d; want %d in 8 to 14 batches, budget %d", st.Delivered, st.Batches, st.BatchBytes, n, capBytes)
+	}
+}
