@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 )
 
@@ -104,5 +106,53 @@ func TestPoisonRecordSetAside(t *testing.T) {
 	stop2 := run(t, f2)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPoisonRecordAmongOthers: Kafka refuses a partition's records of a
+// request together. The dead-letter topic takes at most 3,000 bytes per
+// batch; a 5,000-byte record and a small one after it go in one batch with
+// summaries, and the broker refuses both dead letters. The forwarder sends
+// the records before the first refused one, then that one alone, sets it
+// aside, and delivers the innocent small one and the rest exactly once.
+func TestPoisonRecordAmongOthers(t *testing.T) {
+	_, addrs := kafkatest.Start(t, 1, summaries, dead, offsetsTopic)
+	admin, err := sarama.NewClusterAdmin(addrs, kafka.ReadConfig("test-admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := "3000"
+	if err := admin.AlterConfig(sarama.TopicResource, dead, map[string]*string{"max.message.bytes": &limit}, false); err != nil {
+		t.Fatalf("set the dead-letter topic's max.message.bytes: %v", err)
+	}
+	admin.Close()
+	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
+	for m := 0; m < 20; m++ {
+		f.Summary(summary("d", m), bridge.Mark{})
+	}
+	poison := noise(3, 5000)
+	f.Enqueue(bridge.Record{Topic: dead, Key: []byte("gw-1/poison"), Value: poison}, bridge.Mark{})
+	f.Enqueue(bridge.Record{Topic: dead, Key: []byte("gw-1/small"), Value: []byte("innocent neighbour")}, bridge.Mark{})
+	for m := 20; m < 40; m++ {
+		f.Summary(summary("d", m), bridge.Mark{})
+	}
+	stop := run(t, f)
+	msgs, cerr := kafkatest.ConsumeN(addrs, summaries, 40, 20*time.Second)
+	st := f.Stats()
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if cerr != nil {
+		t.Fatalf("%d of 40 summaries delivered in 20 s (%v); stats %+v", len(msgs), cerr, st)
+	}
+	if got := minutesOf(t, msgs); fmt.Sprint(got) != fmt.Sprint(span(0, 40)) {
+		t.Errorf("read_committed consumer sees summaries %v, want 0..39 once each", got)
+	}
+	dl := kafkatest.Consume(t, addrs, dead, 1, 10*time.Second)
+	if len(dl) != 1 || string(dl[0].Value) != "innocent neighbour" {
+		t.Errorf("dead-letter topic holds %d records (first %.40q), want only the innocent one", len(dl), dl[0].Value)
+	}
+	if st.Refused != 1 || st.Delivered != 41 {
+		t.Errorf("stats: %d refused, %d delivered; want 1 and 41", st.Refused, st.Delivered)
 	}
 }
