@@ -14,11 +14,13 @@ package bridge
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -68,6 +70,35 @@ type Producer interface {
 // Run then stops and returns it.
 var ErrFenced = errors.New("fenced: another gateway with the same gateway.id has taken over delivery (or Kafka refuses its transactional id)")
 
+// RefusedError is what a Producer's Send returns (wrapped) when Kafka
+// refused records of the batch for good, with an error that sending them
+// again cannot cure (MESSAGE_TOO_LARGE, INVALID_RECORD and the like).
+// Indexes are the positions in the batch of the refused records, in order;
+// Kafka refuses a partition's records of one request together, so not each
+// of them is at fault. A transactional producer has delivered nothing of
+// the batch. The Forwarder sends the records before the first refused one,
+// then that one alone, and sets it aside if Kafka refuses it again.
+type RefusedError struct {
+	Indexes []int
+	Reason  string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("kafka refused %d records of the batch: %s", len(e.Indexes), e.Reason)
+}
+
+// Size is the most the record can take in a Kafka record batch (v2), as
+// sarama counts it against Producer.MaxMessageBytes: the record's fixed
+// overhead at its largest, key, value and each header with its lengths.
+func (r *Record) Size() int {
+	const recordOverhead = 5*binary.MaxVarintLen32 + binary.MaxVarintLen64 + 1 // sarama's maximumRecordOverhead
+	n := recordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 2*binary.MaxVarintLen32
+	}
+	return n
+}
+
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)
 
@@ -87,13 +118,25 @@ const (
 
 // Options configures a Forwarder.
 type Options struct {
-	Gateway          string
-	SummariesTopic   string
-	DeadletterTopic  string
-	Dir              string        // directory of the outbound queue
-	MaxBytes         int64         // quota of the outbound queue; default 1 GiB
-	Policy           FullPolicy    // what to do when the quota is reached
-	BatchSize        int           // records per Send (one transaction); default 10000 (about 4 MiB of summaries)
+	Gateway         string
+	SummariesTopic  string
+	DeadletterTopic string
+	Dir             string     // directory of the outbound queue
+	MaxBytes        int64      // quota of the outbound queue; default 1 GiB
+	Policy          FullPolicy // what to do when the quota is reached
+	BatchSize       int        // at most this many records per Send (one transaction); default 10000
+	// MaxBatchBytes caps the records' bytes (Record.Size) of one Send.
+	// Within it the size adapts to the link: the first batch is 16 KiB, a
+	// batch sent within a second doubles the next, one that took over 4 s
+	// or failed halves it. Default 1 MiB.
+	MaxBatchBytes int
+	// MaxRecordBytes bounds one record (Record.Size); a larger one is set
+	// aside without being sent. Keep it below the brokers'
+	// message.max.bytes; default 512 KiB.
+	MaxRecordBytes int
+	// RefusedMaxBytes bounds the store of records set aside (under Dir,
+	// in refused/); beyond it the oldest are dropped, counted. Default 16 MiB.
+	RefusedMaxBytes  int64
 	PositionInterval time.Duration // how often the delivered position is written locally; default 500ms
 	SyncInterval     time.Duration // how often appended records are made durable and sent; default 50ms
 	MinBackoff       time.Duration // first reconnect delay; default 100ms
@@ -104,19 +147,27 @@ type Options struct {
 
 // Stats is a snapshot of the forwarder's counters.
 type Stats struct {
-	Queued      uint64 // records written to the queue and not yet delivered
-	QueueBytes  int64
-	Enqueued    uint64
-	Delivered   uint64
-	Batches     uint64 // batches delivered (each one transaction with exactly-once delivery)
-	Dropped     uint64 // records dropped to respect the quota
-	Full        bool   // the queue is over its backpressure mark
-	LinkUp      bool
-	Connects    uint64 // successful connections
-	SendErrors  uint64
-	Truncated   int64  // bytes cut from a damaged queue tail at start-up
-	Quarantined int    // damaged queue segments set aside
-	Lost        uint64 // records in damaged segments
+	Queued     uint64 // records written to the queue and not yet delivered
+	QueueBytes int64
+	Enqueued   uint64
+	Delivered  uint64
+	Batches    uint64 // batches delivered (each one transaction with exactly-once delivery)
+	Dropped    uint64 // records dropped to respect the quota
+	Full       bool   // the queue is over its backpressure mark
+	LinkUp     bool
+	Connects   uint64 // successful connections
+	SendErrors uint64
+	BatchBytes int // the size the next batch may take, adapted to the link
+	// Refused counts records set aside because Kafka refused them for good
+	// or they were over MaxRecordBytes; RefusedBytes is the size of their
+	// store, RefusedDropped how many of them were dropped to keep it within
+	// RefusedMaxBytes.
+	Refused        uint64
+	RefusedBytes   int64
+	RefusedDropped uint64
+	Truncated      int64  // bytes cut from a damaged queue tail at start-up
+	Quarantined    int    // damaged queue segments set aside
+	Lost           uint64 // records in damaged segments
 	// OldestAge is how long the oldest undelivered record has been queued
 	// (to a second; records queued before this process started count from
 	// its start). Zero when nothing is queued.
@@ -136,6 +187,7 @@ type Forwarder struct {
 	connect Connector
 	log     *slog.Logger
 	q       *queue.Log
+	refused *queue.Log // records set aside
 
 	mu       sync.Mutex
 	stats    Stats
@@ -158,6 +210,15 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 10000
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 1 << 20
+	}
+	if opts.MaxRecordBytes <= 0 {
+		opts.MaxRecordBytes = 512 << 10
+	}
+	if opts.RefusedMaxBytes <= 0 {
+		opts.RefusedMaxBytes = 16 << 20
 	}
 	if opts.PositionInterval <= 0 {
 		opts.PositionInterval = 500 * time.Millisecond
@@ -185,9 +246,20 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q, opened: time.Now()}
+	refused, err := queue.Open(filepath.Join(opts.Dir, refusedDir), queue.Options{
+		SegmentBytes: max(opts.RefusedMaxBytes/4, 4096),
+		MaxBytes:     opts.RefusedMaxBytes,
+		Logger:       opts.Logger,
+	})
+	if err != nil {
+		q.Close()
+		return nil, err
+	}
+	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q, refused: refused, opened: time.Now()}
+	f.stats.BatchBytes = min(firstBatchBytes, opts.MaxBatchBytes)
 	if f.stored, err = lastMark(q); err != nil {
 		q.Close()
+		refused.Close()
 		return nil, err
 	}
 	qs := q.Stats()
@@ -336,6 +408,7 @@ func (f *Forwarder) Stats() Stats {
 		s.Queued = qs.Next - max(f.position, qs.First)
 	}
 	s.QueueBytes = qs.Bytes
+	s.RefusedBytes = f.refused.Stats().Bytes
 	s.Quarantined, s.Lost = qs.Quarantined, qs.Lost
 	if s.Queued > 0 {
 		oldest := f.opened // queued before this process started
@@ -395,8 +468,43 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	stopGrace := context.AfterFunc(ctx, func() { time.AfterFunc(f.opts.Grace, sendCancel) })
 	defer stopGrace()
 
+	// pending is the batch read from the queue and not yet delivered; it is
+	// sent in one or more transactions (see chunk). seqs are the queue
+	// positions of its records, pendingNext the position after its last.
 	var pending []Record
-	var pendingFirst, pendingNext uint64 // queue positions of the pending batch
+	var seqs []uint64
+	var pendingNext uint64
+	// budget is how many bytes of records the next Send may take.
+	budget := min(firstBatchBytes, f.opts.MaxBatchBytes)
+	setBudget := func(b int) {
+		budget = max(min(b, f.opts.MaxBatchBytes), minBatchBytes)
+		f.mu.Lock()
+		f.stats.BatchBytes = budget
+		f.mu.Unlock()
+	}
+	// suspect is the index in pending of a record Kafka may refuse (it
+	// refused a request that held it): the records before it are sent
+	// first, then it alone. -1 for none.
+	suspect := -1
+	nextOf := func(k int) uint64 {
+		if k < len(pending) {
+			return seqs[k]
+		}
+		return pendingNext
+	}
+	// advance drops the first k records of pending (delivered of them)
+	// and records the position after them.
+	advance := func(k, delivered int, force bool) error {
+		next := nextOf(k)
+		clear(pending[:k])
+		pending, seqs = pending[k:], seqs[k:]
+		if suspect >= 0 {
+			if suspect -= k; suspect < 0 {
+				suspect = -1
+			}
+		}
+		return f.commit(next, delivered, force)
+	}
 
 	// While running, a prefetcher reads the next batch while the current
 	// one is being sent. At shutdown it stops, and the rest is read in line
@@ -417,7 +525,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		if b.err != nil {
 			return b.err
 		}
-		pending, pendingFirst, pendingNext = b.recs, b.first, b.next
+		pending, seqs, pendingNext = b.recs, b.seqs, b.next
+		suspect = -1
 		if len(pending) == 0 && pendingNext > 0 {
 			return f.commit(pendingNext, 0, false) // only undecodable records were read
 		}
@@ -462,10 +571,10 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				f.setLink(true)
 				f.log.Info("kafka link up")
 				if found {
-					if skip, err := f.reconcile(kp, pendingFirst); err != nil {
+					if skip, err := f.reconcile(kp, seqs[0]); err != nil {
 						return nil, err
 					} else if skip {
-						pending = pending[:0]
+						pending, seqs, suspect = pending[:0], seqs[:0], -1
 						if r != nil {
 							r.Close()
 							r = f.q.NewReader(kp.Next)
@@ -477,7 +586,19 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					}
 				}
 			}
-			if err := p.Send(sendCtx, pending, Position{Queue: f.q.ID(), Next: pendingNext}); err != nil {
+			// A record over the bound is never sent: Kafka would refuse it.
+			if n := pending[0].Size(); n > f.opts.MaxRecordBytes {
+				if err := f.setAside(pending[0], seqs[0], fmt.Sprintf("record of %d bytes is over kafka.max_record_bytes (%d)", n, f.opts.MaxRecordBytes)); err != nil {
+					return nil, err
+				}
+				if err := advance(1, 0, true); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			k, size := f.chunk(pending, suspect, budget)
+			began := time.Now()
+			if err := p.Send(sendCtx, pending[:k], Position{Queue: f.q.ID(), Next: nextOf(k)}); err != nil {
 				f.mu.Lock()
 				f.stats.SendErrors++
 				f.mu.Unlock()
@@ -485,16 +606,43 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					f.log.Error("kafka delivery stopped", "err", err)
 					return nil, err
 				}
+				if i, reason, ok := refusedAt(err, k); ok {
+					// Nothing of the batch was delivered (the transaction is
+					// aborted; without transactions some may have been, and
+					// are sent again). A fresh producer starts clean.
+					p.Close()
+					p = nil
+					f.setLink(false)
+					if k > 1 {
+						suspect = i
+						f.log.Info("kafka refused records of a batch; sending the first refused one alone", "records", k, "suspect_seq", seqs[i], "err", err)
+						continue
+					}
+					if err := f.setAside(pending[0], seqs[0], reason); err != nil {
+						return nil, err
+					}
+					if err := advance(1, 0, true); err != nil {
+						return nil, err
+					}
+					continue
+				}
 				p.Close()
 				p = nil
 				f.setLink(false)
-				return fmt.Errorf("send %d records: %w", len(pending), err), nil
+				setBudget(budget / 2)
+				return fmt.Errorf("send %d records (%d bytes): %w", k, size, err), nil
 			}
-			if err := f.commit(pendingNext, len(pending), false); err != nil {
+			if err := advance(k, k, false); err != nil {
 				return nil, err
 			}
-			clear(pending)
-			pending = pending[:0]
+			// Adapt the next batch to the link: grow while batches that
+			// filled their budget go through quickly, shrink after a slow one.
+			switch took := time.Since(began); {
+			case took > slowSend:
+				setBudget(budget / 2)
+			case took < fastSend && size >= budget/2:
+				setBudget(budget * 2)
+			}
 			backoff = f.opts.MinBackoff
 		}
 	}
@@ -542,17 +690,73 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	}
 }
 
+// Batch sizes adapt to the link. The first batch is small enough to cross
+// a slow link well within the stall timeout (16 KiB of summaries is about
+// 6 KB on the wire, 0.3 s at 20 KB/s). A batch that filled its budget and
+// went through within fastSend doubles the next (up to MaxBatchBytes); one
+// that took longer than slowSend, or failed, halves it (down to
+// minBatchBytes; a batch always takes at least one record). In between, a
+// batch is a few seconds of the link: a failure resends little, a record
+// waits little behind its batch, and a request stays far from the stall
+// timeout and sarama's read timeout (10 s).
+const (
+	firstBatchBytes = 16 << 10
+	minBatchBytes   = 4 << 10
+	fastSend        = time.Second
+	slowSend        = 4 * time.Second
+)
+
+// chunk returns how many of the first records of pending the next Send
+// takes, and their bytes: at least one, as many as fit in budget bytes,
+// none over MaxRecordBytes (the first record is not), and when a suspect
+// is known the records before it, or it alone.
+func (f *Forwarder) chunk(pending []Record, suspect, budget int) (k, size int) {
+	size = pending[0].Size()
+	if suspect == 0 {
+		return 1, size
+	}
+	n := len(pending)
+	if suspect > 0 {
+		n = min(n, suspect)
+	}
+	for k = 1; k < n; k++ {
+		rs := pending[k].Size()
+		if rs > f.opts.MaxRecordBytes || size+rs > budget {
+			break
+		}
+		size += rs
+	}
+	return k, size
+}
+
+// refusedAt reports whether err says that Kafka refused records of a
+// batch of k for good, the index of the first refused one and why.
+func refusedAt(err error, k int) (int, string, bool) {
+	var re *RefusedError
+	if !errors.As(err, &re) {
+		return 0, "", false
+	}
+	for _, i := range re.Indexes {
+		if i >= 0 && i < k {
+			return i, re.Reason, true
+		}
+	}
+	return 0, "", false
+}
+
 // batchOf is a batch of records read from the queue: first and next are
 // the queue positions of its first record and after its last (records that
 // could not be decoded are counted and left out).
 type batchOf struct {
 	recs        []Record
+	seqs        []uint64 // queue position of each of recs
 	first, next uint64
 	err         error
 }
 
 // readBatch makes what was appended durable and reads up to BatchSize
-// records. An empty batch with next 0 means nothing is queued.
+// records, or MaxBatchBytes of them. An empty batch with next 0 means
+// nothing is queued.
 func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 	var b batchOf
 	if st := f.q.Stats(); st.Next > st.Durable {
@@ -561,7 +765,8 @@ func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 			return b
 		}
 	}
-	for len(b.recs) < f.opts.BatchSize {
+	bytes := 0
+	for len(b.recs) < f.opts.BatchSize && bytes < f.opts.MaxBatchBytes {
 		seq, data, err := r.Next()
 		if err == io.EOF {
 			break
@@ -583,6 +788,8 @@ func (f *Forwarder) readBatch(r *queue.Reader, intern interner) batchOf {
 			continue
 		}
 		b.recs = append(b.recs, rec)
+		b.seqs = append(b.seqs, seq)
+		bytes += rec.Size()
 	}
 	return b
 }
@@ -695,6 +902,9 @@ func (f *Forwarder) closeQueue() error {
 	f.mu.Unlock()
 	err := f.commit(pos, 0, true)
 	if cerr := f.q.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := f.refused.Close(); err == nil {
 		err = cerr
 	}
 	return err

@@ -196,8 +196,23 @@ type Kafka struct {
 	// ExactlyOnce writes each batch in a Kafka transaction together with the
 	// gateway's delivered position (in OffsetsTopic), with transactional id
 	// "edgegate-<gateway.id>". Off: idempotent, at-least-once delivery.
-	ExactlyOnce  bool      `yaml:"exactly_once"`
-	OffsetsTopic string    `yaml:"offsets_topic"`
+	ExactlyOnce  bool   `yaml:"exactly_once"`
+	OffsetsTopic string `yaml:"offsets_topic"`
+	// MaxRecordBytes bounds one record sent to Kafka (key, value, headers
+	// and the record's overhead); it must stay below the brokers' (and the
+	// topics') message.max.bytes. A larger record, or one Kafka refuses
+	// for good, is set aside under <data_dir>/outbound/refused and
+	// delivery goes on.
+	MaxRecordBytes ByteSize `yaml:"max_record_bytes"`
+	// RefusedMaxBytes bounds the records set aside; beyond it the oldest
+	// of them are dropped (counted).
+	RefusedMaxBytes ByteSize `yaml:"refused_max_bytes"`
+	// MaxBatchBytes caps one batch (one transaction); within it batches
+	// adapt to the link, starting at 16KiB.
+	MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+	// StallTimeout: a batch or commit during which no byte moves to or
+	// from Kafka for this long is abandoned and the producer replaced.
+	StallTimeout Duration  `yaml:"stall_timeout"`
 	TLS          KafkaTLS  `yaml:"tls"`
 	SASL         KafkaSASL `yaml:"sasl"`
 }
@@ -383,6 +398,10 @@ func Default() Config {
 			ClientID:        "edgegate",
 			ExactlyOnce:     true,
 			OffsetsTopic:    "edge.offsets",
+			MaxRecordBytes:  512 << 10,
+			RefusedMaxBytes: 16 << 20,
+			MaxBatchBytes:   1 << 20,
+			StallTimeout:    Duration(10 * time.Second),
 		},
 		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
@@ -669,6 +688,18 @@ func (c *Config) Validate() error {
 	}
 	if !c.Kafka.TLS.Enabled && (c.Kafka.TLS.CAFile != "" || c.Kafka.TLS.CertFile != "") {
 		add("kafka.tls.enabled", "is false but TLS files are set; set enabled: true")
+	}
+	if c.Kafka.MaxRecordBytes < 4<<10 || c.Kafka.MaxRecordBytes > 64<<20 {
+		add("kafka.max_record_bytes", "%d bytes is out of range; use 4KiB to 64MiB, below the brokers' message.max.bytes (Kafka's default is 1MB; the default here is 512KiB)", int64(c.Kafka.MaxRecordBytes))
+	}
+	if c.Kafka.RefusedMaxBytes < c.Kafka.MaxRecordBytes || c.Kafka.RefusedMaxBytes > 1<<30 {
+		add("kafka.refused_max_bytes", "%d bytes is out of range; use kafka.max_record_bytes (%d, so that a refused record fits) to 1GiB; the default is 16MiB", int64(c.Kafka.RefusedMaxBytes), int64(c.Kafka.MaxRecordBytes))
+	}
+	if c.Kafka.MaxBatchBytes < 16<<10 || c.Kafka.MaxBatchBytes > 64<<20 {
+		add("kafka.max_batch_bytes", "%d bytes is out of range; use 16KiB to 64MiB (the default is 1MiB; batches adapt to the link below it)", int64(c.Kafka.MaxBatchBytes))
+	}
+	if c.Kafka.StallTimeout.D() < time.Second || c.Kafka.StallTimeout.D() > 10*time.Minute {
+		add("kafka.stall_timeout", "%v is out of range; use 1s to 10m (the default is 10s)", c.Kafka.StallTimeout.D())
 	}
 	if c.Kafka.ClientID == "" {
 		add("kafka.client_id", "is empty; set e.g. edgegate")

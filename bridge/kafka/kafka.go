@@ -16,6 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -34,13 +37,20 @@ type Options struct {
 	TransactionalID string
 	OffsetsTopic    string
 	PositionKey     string
-	// StallTimeout abandons a batch (or a commit) when Kafka has answered
-	// nothing for this long (default 10s): a link that went silent without
-	// a reset is then replaced by a fresh producer instead of waiting out
-	// sarama's retries and circuit breaker. Outages that reset connections
-	// are ridden out by sarama's own retries (the outage test resumes in
-	// under a second).
+	// StallTimeout abandons a batch (or a commit) when no byte has moved
+	// between the producer and the brokers for this long (default 10s): a
+	// link that went silent without a reset is then replaced by a fresh
+	// producer instead of waiting out sarama's retries and circuit breaker.
+	// A slow link whose bytes keep moving is not a stall, however long the
+	// batch takes. It is also sarama's read and write timeout of a request.
+	// Outages that reset connections are ridden out by sarama's own retries
+	// (the outage test resumes in under a second).
 	StallTimeout time.Duration
+	// MaxRecordBytes is sarama's Producer.MaxMessageBytes: the largest
+	// record (bridge.Record.Size) and the most one partition's records
+	// take in one request (default 512 KiB). Keep it below the brokers'
+	// message.max.bytes; the Forwarder sets larger records aside.
+	MaxRecordBytes int
 	// TLS, if set, encrypts the connections to the brokers.
 	TLS *tls.Config
 	// SASL, if set, authenticates to the brokers.
@@ -57,8 +67,8 @@ func SaramaConfig(o Options) *sarama.Config {
 	c.Version = sarama.V2_8_0_0 // idempotence needs 0.11, zstd 2.1
 	c.Net.MaxOpenRequests = 1   // required by idempotence
 	c.Net.DialTimeout = 5 * time.Second
-	c.Net.ReadTimeout = 10 * time.Second
-	c.Net.WriteTimeout = 10 * time.Second
+	c.Net.ReadTimeout = stallTimeout(o)
+	c.Net.WriteTimeout = stallTimeout(o)
 	c.Metadata.Retry.Max = 3
 	c.Metadata.Retry.Backoff = 250 * time.Millisecond
 	c.Producer.Idempotent = true
@@ -72,7 +82,10 @@ func SaramaConfig(o Options) *sarama.Config {
 	}
 	c.Producer.Flush.Frequency = 5 * time.Millisecond
 	c.Producer.Flush.MaxMessages = 0
-	c.Producer.MaxMessageBytes = 1 << 20
+	c.Producer.MaxMessageBytes = 512 << 10
+	if o.MaxRecordBytes > 0 {
+		c.Producer.MaxMessageBytes = o.MaxRecordBytes
+	}
 	c.Producer.Partitioner = sarama.NewHashPartitioner // key = gateway/device: one partition per device
 	if o.TransactionalID != "" {
 		c.Producer.Transaction.ID = o.TransactionalID
@@ -83,6 +96,13 @@ func SaramaConfig(o Options) *sarama.Config {
 	}
 	applySecurity(c, o)
 	return c
+}
+
+func stallTimeout(o Options) time.Duration {
+	if o.StallTimeout > 0 {
+		return o.StallTimeout
+	}
+	return 10 * time.Second
 }
 
 // NewConnector returns a bridge.Connector that makes sarama async
@@ -96,8 +116,11 @@ func NewConnector(o Options) bridge.Connector {
 			err error
 		}
 		ch := make(chan result, 1)
+		cfg := SaramaConfig(o)
+		meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
+		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
 		go func() {
-			p, err := sarama.NewAsyncProducer(o.Brokers, SaramaConfig(o))
+			p, err := sarama.NewAsyncProducer(o.Brokers, cfg)
 			ch <- result{p, err}
 		}()
 		select {
@@ -105,7 +128,7 @@ func NewConnector(o Options) bridge.Connector {
 			if r.err != nil {
 				return nil, explainError(r.err, o)
 			}
-			return &saramaProducer{p: r.p, o: o, hbytes: map[string][]byte{}}, nil
+			return &saramaProducer{p: r.p, o: o, moved: meter.moved, hbytes: map[string][]byte{}}, nil
 		case <-ctx.Done():
 			go func() { // do not leak a producer made after we gave up
 				if r := <-ch; r.err == nil {
@@ -120,6 +143,7 @@ func NewConnector(o Options) bridge.Connector {
 type saramaProducer struct {
 	p      sarama.AsyncProducer
 	o      Options
+	moved  *atomic.Int64     // bytes moved on the producer's connections
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
 }
 
@@ -161,25 +185,43 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 		return s.txnError("produce in transaction", err)
 	}
 	// CommitTxn takes no context and retries for a long time when the link
-	// is down; bound the wait. An abandoned commit's outcome is unknown: the
-	// Forwarder replaces the producer (whose initialisation fences this one
-	// and completes or aborts the transaction) and reads the position back.
-	stall := s.o.StallTimeout
-	if stall <= 0 {
-		stall = 10 * time.Second
-	}
+	// is down; bound the wait by the stall timeout (no bytes moving). An
+	// abandoned commit's outcome is unknown: the Forwarder replaces the
+	// producer (whose initialisation fences this one and completes or
+	// aborts the transaction) and reads the position back.
 	done := make(chan error, 1)
 	go func() { done <- s.p.CommitTxn() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return s.txnError("commit transaction", err)
+	stalled := s.stallWatch()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return s.txnError("commit transaction", err)
+			}
+			return nil
+		case <-watch.C:
+			if stalled() {
+				return fmt.Errorf("commit transaction: no bytes moved to or from Kafka for %v; outcome unknown", stallTimeout(s.o))
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
 		}
-		return nil
-	case <-time.After(stall):
-		return fmt.Errorf("commit transaction: no answer from Kafka for %v; outcome unknown", stall)
-	case <-ctx.Done():
-		return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
+	}
+}
+
+// stallWatch returns a function that reports whether no byte has moved on
+// the producer's connections for the stall timeout (since stallWatch was
+// called, or since the last call that saw bytes move).
+func (s *saramaProducer) stallWatch() func() bool {
+	stall := stallTimeout(s.o)
+	last, since := s.moved.Load(), time.Now()
+	return func() bool {
+		if n := s.moved.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		return time.Since(since) > stall
 	}
 }
 
@@ -203,6 +245,7 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 	headers := make([]sarama.RecordHeader, nh) // one allocation for the batch
 	for i, r := range batch {
 		m := &msgs[i]
+		m.Metadata = i // where a refused record is in the batch
 		m.Topic = r.Topic
 		m.Key = sarama.ByteEncoder(r.Key)
 		m.Value = sarama.ByteEncoder(r.Value)
@@ -215,16 +258,13 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 	}
 	sent, done := 0, 0
 	var firstErr error
+	var refused *bridge.RefusedError
 	// sarama does not know PRODUCER_FENCED (error 90) as such and retries
 	// the batch for a long time, although its transaction manager has
 	// already failed for good; watch for that.
 	watch := time.NewTicker(100 * time.Millisecond)
 	defer watch.Stop()
-	stall := s.o.StallTimeout
-	if stall <= 0 {
-		stall = 10 * time.Second
-	}
-	progress := time.Now()
+	stalled := s.stallWatch()
 	for done < len(batch) {
 		var in chan<- *sarama.ProducerMessage
 		var next *sarama.ProducerMessage
@@ -236,25 +276,55 @@ func (s *saramaProducer) send(ctx context.Context, batch []bridge.Record) error 
 			sent++
 		case <-s.p.Successes():
 			done++
-			progress = time.Now()
 		case perr := <-s.p.Errors():
 			done++
-			progress = time.Now()
-			if firstErr == nil {
+			if i, ok := perr.Msg.Metadata.(int); ok && refusedForGood(perr.Err) != "" {
+				if refused == nil {
+					refused = &bridge.RefusedError{Reason: fmt.Sprintf("kafka refused it: %s on %s (%v)", refusedForGood(perr.Err), perr.Msg.Topic, perr.Err)}
+				}
+				refused.Indexes = append(refused.Indexes, i)
+			} else if firstErr == nil {
 				firstErr = fmt.Errorf("produce to %s: %w", perr.Msg.Topic, perr.Err)
 			}
 		case <-watch.C:
 			if s.o.TransactionalID != "" && s.p.TxnStatus()&sarama.ProducerTxnFlagFatalError != 0 {
 				return fmt.Errorf("transaction manager failed: %w", bridge.ErrFenced)
 			}
-			if time.Since(progress) > stall {
-				return fmt.Errorf("kafka acknowledged nothing for %v (%d of %d records done): link down?", stall, done, len(batch))
+			if stalled() {
+				return fmt.Errorf("no bytes moved to or from kafka for %v (%d of %d records done): link down?", stallTimeout(s.o), done, len(batch))
 			}
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+	if firstErr == nil && refused != nil {
+		slices.Sort(refused.Indexes)
+		return refused
+	}
 	return firstErr
+}
+
+// refusedForGood returns the Kafka name of err if it refuses a record in a
+// way that sending it again cannot cure: the record (or its partition's
+// records in the request) is too large for the broker, malformed, or
+// refused by the topic's validation; "" otherwise. sarama has already
+// retried those it thinks may pass (CORRUPT_MESSAGE among them).
+func refusedForGood(err error) string {
+	var ce sarama.ConfigurationError
+	if errors.As(err, &ce) && strings.Contains(string(ce), "MaxMessageBytes") {
+		return "over the producer's max message bytes (kafka.max_record_bytes)" // sarama's own check, before sending
+	}
+	var ke sarama.KError
+	if !errors.As(err, &ke) {
+		return ""
+	}
+	return map[sarama.KError]string{
+		sarama.ErrMessageSizeTooLarge:    "MESSAGE_TOO_LARGE",
+		sarama.ErrMessageSetSizeTooLarge: "RECORD_LIST_TOO_LARGE",
+		sarama.ErrInvalidRecord:          "INVALID_RECORD",
+		sarama.ErrInvalidTimestamp:       "INVALID_TIMESTAMP",
+		sarama.ErrInvalidMessage:         "CORRUPT_MESSAGE",
+	}[ke]
 }
 
 // Close stops the producer, waiting at most two seconds for it to flush.

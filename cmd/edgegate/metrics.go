@@ -60,6 +60,10 @@ var (
 	mReplayed     = desc("journal_replayed_events", "Journal events replayed at the last start.")
 	mFsync        = desc("journal_fsync_seconds", "Time taken by each fsync of the ingest journal.")
 	mOldest       = desc("queue_oldest_age_seconds", "How long the oldest undelivered record has been queued (to a second; records queued before the process started count from its start).")
+	mRefusedRecs  = desc("kafka_refused_total", "Records set aside instead of delivered: over kafka.max_record_bytes, or refused by Kafka for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...); kept in outbound/refused.")
+	mRefusedBytes = desc("kafka_refused_bytes", "Bytes of the store of records set aside (bounded by kafka.refused_max_bytes).")
+	mRefusedDrop  = desc("kafka_refused_dropped_total", "Records set aside then dropped to keep their store within kafka.refused_max_bytes.")
+	mBatchBytes   = desc("kafka_batch_bytes", "Bytes the next batch may take: adapted to the link, up to kafka.max_batch_bytes.")
 	mBatches      = desc("kafka_batches_total", "Batches delivered to Kafka; with kafka.exactly_once each is one committed transaction (failed ones are kafka_send_errors_total).")
 	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
 	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
@@ -75,7 +79,7 @@ var (
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
 		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
-		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
+		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
 	}
@@ -144,6 +148,10 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstHistogram(mFsync, h.Count, h.Sum, buckets)
 	gauge(mOldest, f.OldestAge.Seconds())
 	counter(mBatches, float64(f.Batches))
+	gauge(mBatchBytes, float64(f.BatchBytes))
+	counter(mRefusedRecs, float64(f.Refused))
+	gauge(mRefusedBytes, float64(f.RefusedBytes))
+	counter(mRefusedDrop, float64(f.RefusedDropped))
 	now := time.Now()
 	listed := 0
 	for _, d := range g.DeviceList {

@@ -104,6 +104,10 @@ func TestMetrics(t *testing.T) {
 		`edgegate_devices_unlisted 0`,
 		`edgegate_queue_oldest_age_seconds `,
 		`edgegate_kafka_batches_total `,
+		`edgegate_kafka_refused_total 0`,
+		`edgegate_kafka_batch_bytes `,
+		`edgegate_kafka_refused_dropped_total 0`,
+		`edgegate_kafka_refused_bytes `,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
@@ -125,7 +129,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("status: %d %s", code, errb.String())
 	}
 	for _, want := range []string{"gateway   metrics-gw (edgegate dev), up ", "mqtt      1 clients, 5 publications, 0 duplicates ignored, 0 refused at the quota",
-		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 3 payloads refused", "kafka     link "} {
+		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 3 payloads refused", "kafka     link ", " 0 lost, 0 refused (set aside), "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("edgegate status lacks %q:\n%s", want, out.String())
 		}

@@ -80,7 +80,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // kafkaOptions derives the producer's options from the configuration,
 // reading the TLS files and the SASL password.
 func kafkaOptions(cfg *configs.Config, clientID string) (kafka.Options, error) {
-	o := kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: clientID}
+	o := kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: clientID, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
+		StallTimeout: cfg.Kafka.StallTimeout.D()}
 	if cfg.Kafka.ExactlyOnce {
 		o.TransactionalID = cfg.TransactionalID()
 		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
@@ -158,6 +159,9 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		Dir:             filepath.Join(cfg.Gateway.DataDir, "outbound"),
 		MaxBytes:        int64(cfg.Storage.MaxBytes),
 		Policy:          policy,
+		MaxRecordBytes:  int(cfg.Kafka.MaxRecordBytes),
+		RefusedMaxBytes: int64(cfg.Kafka.RefusedMaxBytes),
+		MaxBatchBytes:   int(cfg.Kafka.MaxBatchBytes),
 		Logger:          log.With("component", "bridge"),
 	}, connect)
 	if err != nil {
