@@ -254,6 +254,11 @@ type Storage struct {
 	// acknowledging QoS 1/2 readings so devices keep them) or "drop_oldest"
 	// (drop the oldest undelivered summaries). Either way it is counted.
 	FullPolicy string `yaml:"full_policy"`
+	// DeadLetterPayload bounds the payload copied into a dead letter (its
+	// length and SHA-256 are always there): one publication makes at most
+	// one dead letter, and a 64 KiB payload costs the queue about this much
+	// rather than all of it.
+	DeadLetterPayload ByteSize `yaml:"deadletter_payload_bytes"`
 	// CheckpointInterval is how often the gateway's state (open and
 	// retained windows, sessions) is written to <data_dir>/state, so that
 	// a restart replays at most this much of the ingest journal.
@@ -384,7 +389,7 @@ func Default() Config {
 			ExactlyOnce:     true,
 			OffsetsTopic:    "edge.offsets",
 		},
-		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", DeadLetterPayload: 4 << 10, CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
@@ -680,6 +685,9 @@ func (c *Config) Validate() error {
 	case "backpressure", "drop_oldest":
 	default:
 		add("storage.full_policy", "%q is not a policy; use backpressure (devices keep their readings) or drop_oldest", c.Storage.FullPolicy)
+	}
+	if v := c.Storage.DeadLetterPayload; v < 64 || v > 64<<10 {
+		add("storage.deadletter_payload_bytes", "%d is out of range; use 64 to 65536 (the default 4KiB shows what a device sent; the length and hash of the whole payload are always in the dead letter)", int64(v))
 	}
 	if d := c.Storage.FsyncInterval.D(); d < 0 || d > time.Second {
 		add("storage.fsync_interval", "%s is out of range; use 0 (fsync as soon as a reading arrives) to 1s (the default 5ms keeps PUBACKs fast and SD card writes low)", d)

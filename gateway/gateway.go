@@ -101,6 +101,9 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if now == nil {
 		now = time.Now
 	}
+	if o.DeadLetterPayload <= 0 {
+		o.DeadLetterPayload = DefaultDeadLetterPayload
+	}
 	dec, err := payload.NewDecoder(o.Topics, o.MaxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)

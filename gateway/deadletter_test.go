@@ -1,0 +1,193 @@
+package gateway_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+	"periph.io/x/conn/v3/i2c/i2creg"
+
+	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge"
+	"github.com/edgegate/edgegate/bridge/kafka"
+	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/cmd/edgegate/output"
+	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+// countingOutput counts what the gateway hands to the real forwarder's
+// Output behind it.
+type countingOutput struct {
+	gateway.Output
+	summaries, letters atomic.Int64
+}
+
+func (o *countingOutput) Summary(s aggregate.Summary, m gateway.Mark) {
+	o.summaries.Add(1)
+	o.Output.Summary(s, m)
+}
+
+func (o *countingOutput) DeadLetter(d gateway.DeadLetter, m gateway.Mark) {
+	o.letters.Add(1)
+	o.Output.DeadLetter(d, m)
+}
+
+// startCounted runs a gateway on cfg with a real forwarder (queue quota
+// maxBytes) delivering to cfg's brokers, behind a countingOutput.
+func startCounted(t *testing.T, cfg *configs.Config, maxBytes int64) (*gateway.Gateway, *bridge.Forwarder, *countingOutput) {
+	t.Helper()
+	log := quietLog()
+	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir(), MaxBytes: maxBytes},
+		kafka.NewConnector(kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: "it",
+			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &countingOutput{Output: output.Forwarder(fwd)}
+	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), out, log, func() time.Time { return t0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := gw.Run(ctx); err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	fctx, fcancel := context.WithCancel(context.Background())
+	var fwg sync.WaitGroup
+	fwg.Go(func() {
+		if err := fwd.Run(fctx); err != nil {
+			t.Errorf("forwarder: %v", err)
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait(); fcancel(); fwg.Wait() })
+	return gw, fwd, out
+}
+
+// deadLetterJSON is the dead-letter record as a consumer reads it.
+type deadLetterJSON struct {
+	Reason        string `json:"reason"`
+	Device        string `json:"device"`
+	Payload       string `json:"payload"`
+	PayloadBytes  int    `json:"payload_bytes"`
+	PayloadSHA256 string `json:"payload_sha256"`
+	Reasons       []struct {
+		Reason string `json:"reason"`
+		Count  int    `json:"count"`
+	} `json:"reasons"`
+	Items      []json.RawMessage `json:"items"`
+	ItemsTotal int               `json:"items_total"`
+}
+
+// TestOnePublicationOneDeadLetter publishes a 60 KB JSON object with
+// thousands of non-numeric fields, a bad metric name, a number out of
+// range and ten good metrics: the good ones are aggregated, and the
+// rest makes exactly one dead letter, of bounded size, with every reason
+// and its count, and the payload once (cut, with its length and hash).
+func TestOnePublicationOneDeadLetter(t *testing.T) {
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic, "edge.offsets")
+	cfg := testConfig(t, brokers)
+	gw, fwd, out := startCounted(t, cfg, 64<<20)
+	c, err := connect(t, gw.Addr(), "dev-big", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(`{"bad_v":{"v":1},"bad/name":1,"huge":1e999`)
+	for i := range 10 {
+		fmt.Fprintf(&b, `,"m%d":%d`, i, i)
+	}
+	strs := 0
+	for b.Len() < 60_000 {
+		fmt.Fprintf(&b, `,"s%04d":"x"`, strs)
+		strs++
+	}
+	b.WriteString("}")
+	body := b.String()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-big", QoS: 1, Payload: []byte(body)}); err != nil {
+		t.Fatal(err)
+	}
+	// A second, undecodable publication from another device: its dead
+	// letter is the second record, so a surplus from the first shows.
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-two/t", QoS: 1, Payload: []byte("hot")}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return gw.Stats().Publishes == 2 })
+	if n := out.letters.Load(); n != 2 {
+		t.Fatalf("two publications made %d dead letters, want 2 (one each)", n)
+	}
+	msgs := kafkatest.Consume(t, brokers, deadTopic, 2, 20*time.Second)
+	if len(msgs) != 2 {
+		t.Fatalf("%d dead-letter records, want 2", len(msgs))
+	}
+	var d deadLetterJSON
+	if err := json.Unmarshal(msgs[0].Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dead letter of a %d-byte publication: %d bytes", len(body), len(msgs[0].Value))
+	if len(msgs[0].Value) > 16<<10 {
+		t.Errorf("dead letter of a %d-byte publication is %d bytes, want at most 16 KiB", len(body), len(msgs[0].Value))
+	}
+	got := map[string]int{}
+	for _, r := range d.Reasons {
+		got[r.Reason] = r.Count
+	}
+	want := map[string]int{"unsupported_value": strs + 1, "bad_name": 1, "number_out_of_range": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reasons %v, want %v", got, want)
+	}
+	if d.Reason != "unsupported_value" || d.Device != "dev-big" || d.ItemsTotal != strs+3 || len(d.Items) != gateway.MaxDeadItems {
+		t.Errorf("reason %q device %q items_total %d items %d, want unsupported_value dev-big %d %d",
+			d.Reason, d.Device, d.ItemsTotal, len(d.Items), strs+3, gateway.MaxDeadItems)
+	}
+	if d.PayloadBytes != len(body) || len(d.Payload) != gateway.DefaultDeadLetterPayload || !strings.HasPrefix(body, d.Payload) {
+		t.Errorf("payload: %d bytes of %d (payload_bytes %d), want the first %d", len(d.Payload), len(body), d.PayloadBytes, gateway.DefaultDeadLetterPayload)
+	}
+	if d.PayloadSHA256 != sha256Hex(body) {
+		t.Errorf("payload_sha256 %s, want %s", d.PayloadSHA256, sha256Hex(body))
+	}
+	var two deadLetterJSON
+	if err := json.Unmarshal(msgs[1].Value, &two); err != nil {
+		t.Fatal(err)
+	}
+	if two.Device != "dev-two" || two.Reason != "not_a_number" || two.Payload != "hot" || two.PayloadBytes != 3 {
+		t.Errorf("second dead letter %s", msgs[1].Value)
+	}
+	if o := gw.Stats().Outcomes; o["aggregated"] != 10 {
+		t.Errorf("outcomes %v, want 10 aggregated", o)
+	}
+	if st := fwd.Stats(); st.Dropped != 0 {
+		t.Errorf("forwarder dropped %d records", st.Dropped)
+	}
+}
+
+func sha256Hex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
