@@ -185,6 +185,15 @@ type Aggregate struct {
 	AllowedLateness Duration `yaml:"allowed_lateness"`
 	MaxFutureSkew   Duration `yaml:"max_future_skew"`
 	MaxRetained     int      `yaml:"max_retained_windows"`
+	// MaxDevices, MaxSeries and MaxMetricsPerDevice bound the series (one
+	// per device and metric) the aggregator holds in RAM, so that no
+	// device, publishing any metric names it likes, can exhaust memory (and
+	// a replay of the journal after the crash repeat it). A reading that
+	// would make a series beyond them is dead-lettered as too_many_series.
+	// A series whose windows have closed is not counted.
+	MaxDevices          int `yaml:"max_devices"`
+	MaxSeries           int `yaml:"max_series"`
+	MaxMetricsPerDevice int `yaml:"max_metrics_per_device"`
 }
 
 // Kafka configures the uplink.
@@ -381,6 +390,10 @@ func Default() Config {
 			AllowedLateness: Duration(ac.AllowedLateness),
 			MaxFutureSkew:   Duration(ac.MaxFutureSkew),
 			MaxRetained:     ac.MaxRetained,
+
+			MaxDevices:          ac.MaxDevices,
+			MaxSeries:           ac.MaxSeries,
+			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
 		},
 		Kafka: Kafka{
 			SummariesTopic:  "edge.summaries",
@@ -408,6 +421,10 @@ func (c *Config) AggregateConfig() aggregate.Config {
 		AllowedLateness: c.Aggregate.AllowedLateness.D(),
 		MaxFutureSkew:   c.Aggregate.MaxFutureSkew.D(),
 		MaxRetained:     c.Aggregate.MaxRetained,
+
+		MaxDevices:          c.Aggregate.MaxDevices,
+		MaxSeries:           c.Aggregate.MaxSeries,
+		MaxMetricsPerDevice: c.Aggregate.MaxMetricsPerDevice,
 	}
 }
 
@@ -634,6 +651,12 @@ func (c *Config) Validate() error {
 	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
 	c.validateSecurity(add)
 
+	positive("aggregate.max_devices", c.Aggregate.MaxDevices, 1, 10_000_000)
+	positive("aggregate.max_series", c.Aggregate.MaxSeries, 1, 10_000_000)
+	positive("aggregate.max_metrics_per_device", c.Aggregate.MaxMetricsPerDevice, 1, 1_000_000)
+	if c.Aggregate.MaxMetricsPerDevice > c.Aggregate.MaxSeries && c.Aggregate.MaxSeries > 0 {
+		add("aggregate.max_metrics_per_device", "%d exceeds aggregate.max_series (%d); lower it or raise max_series", c.Aggregate.MaxMetricsPerDevice, c.Aggregate.MaxSeries)
+	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
 	}

@@ -191,3 +191,71 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSeriesLimitThroughGateway publishes one object of 10,000 metrics
+// from one device: the first aggregate.max_metrics_per_device (256) are
+// aggregated, the other 9,744 end as too_many_series in one dead letter.
+func TestSeriesLimitThroughGateway(t *testing.T) {
+	_, brokers := kafkatest.Start(t, 1, summariesTopic, deadTopic, "edge.offsets")
+	cfg := testConfig(t, brokers)
+	cfg.MQTT.MaxPayload, cfg.MQTT.MaxPacket = 256<<10, 256<<10
+	const metrics, limit = 10_000, 256
+	if cfg.Aggregate.MaxMetricsPerDevice != limit {
+		t.Fatalf("aggregate.max_metrics_per_device defaults to %d; this test expects %d", cfg.Aggregate.MaxMetricsPerDevice, limit)
+	}
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range metrics {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"m%05d":%d`, i, i)
+	}
+	b.WriteString("}")
+	check := func(gw *gateway.Gateway) {
+		t.Helper()
+		st := gw.Stats()
+		if o := st.Outcomes; o["aggregated"] != limit || o["too_many_series"] != metrics-limit {
+			t.Errorf("outcomes %v, want %d aggregated and %d too_many_series", o, limit, metrics-limit)
+		}
+		if st.Series != limit || st.OpenWindows != limit {
+			t.Errorf("%d series, %d open windows; want %d", st.Series, st.OpenWindows, limit)
+		}
+	}
+
+	gw, _, out := startCounted(t, cfg, 64<<20)
+	c, err := connect(t, gw.Addr(), "dev-many", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "sensors/dev-many", QoS: 1, Payload: []byte(b.String())}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return gw.Stats().Publishes == 1 })
+	check(gw)
+	if n := out.letters.Load(); n != 1 {
+		t.Fatalf("%d dead letters, want 1", n)
+	}
+	msgs := kafkatest.Consume(t, brokers, deadTopic, 1, 20*time.Second)
+	if len(msgs) != 1 {
+		t.Fatalf("%d dead-letter records, want 1", len(msgs))
+	}
+	var d deadLetterJSON
+	if err := json.Unmarshal(msgs[0].Value, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Reason != "too_many_series" || len(d.Reasons) != 1 || d.Reasons[0].Count != metrics-limit || d.ItemsTotal != metrics-limit ||
+		d.Device != "dev-many" || d.Payload != "" {
+		t.Errorf("dead letter: reason %q reasons %+v items_total %d device %q payload %d bytes; want too_many_series x %d for dev-many, no payload",
+			d.Reason, d.Reasons, d.ItemsTotal, d.Device, len(d.Payload), metrics-limit)
+	}
+	var first struct {
+		Metric string `json:"metric"`
+	}
+	if err := json.Unmarshal(d.Items[0], &first); err != nil || first.Metric != fmt.Sprintf("m%05d", limit) {
+		t.Errorf("first refused item %s, want metric m%05d", d.Items[0], limit)
+	}
+	_ = c.Disconnect(&paho.Disconnect{})
+}

@@ -110,6 +110,8 @@ func outcomeDetail(o aggregate.Outcome) string {
 		return "the window's state was evicted (aggregate.max_retained_windows), so it cannot be revised"
 	case aggregate.Invalid:
 		return "reading has no device or metric name, or a non-finite value"
+	case aggregate.TooManySeries:
+		return "a new series over aggregate.max_metrics_per_device for its device, aggregate.max_series in all, or a new device over aggregate.max_devices"
 	}
 	return ""
 }

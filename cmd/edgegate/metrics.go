@@ -32,13 +32,14 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid).", "outcome")
+	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid, too_many_series).", "outcome")
 	mRejected     = desc("payloads_rejected_total", "Payloads or payload items the decoder refused, by reason; each is a dead letter.", "reason")
 	mPublications = desc("publications_total", "Publications on reading topics.")
 	mRefused      = desc("quota_refused_total", "QoS 1/2 publications refused because the outbound queue was at its quota (backpressure).")
 	mDuplicates   = desc("duplicates_total", "QoS 1/2 resends of journaled publications, acknowledged and not counted again.")
 	mSummaries    = desc("summaries_total", "Summaries emitted, revisions included.")
 	mOpen         = desc("open_windows", "Windows open now.")
+	mSeries       = desc("series", "Series (device and metric) held in memory: those with an open window; bounded by aggregate.max_series.")
 	mCached       = desc("retained_windows_cached", "Closed windows held in memory for late revisions (all are on disk).")
 	mDevices      = desc("devices", "Devices seen since start or restored from the checkpoint.")
 	mSessions     = desc("mqtt_persistent_sessions", "Persistent MQTT sessions kept across restarts.")
@@ -73,7 +74,7 @@ var (
 )
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
+	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
 		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
@@ -117,6 +118,7 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mSockets, float64(g.Sockets))
 	counter(mSummaries, float64(g.Summaries))
 	gauge(mOpen, float64(g.OpenWindows))
+	gauge(mSeries, float64(g.Series))
 	gauge(mCached, float64(g.Retained))
 	gauge(mDevices, float64(g.Devices))
 	gauge(mSessions, float64(g.Sessions))
