@@ -268,6 +268,11 @@ type Storage struct {
 	// one dead letter, and a 64 KiB payload costs the queue about this much
 	// rather than all of it.
 	DeadLetterPayload ByteSize `yaml:"deadletter_payload_bytes"`
+	// DeadLetterShare is the part of max_bytes dead letters may use (0.1
+	// is 10%); beyond it they are counted and dropped, so that a hostile
+	// device's refused payloads never fill the queue nor displace a
+	// summary.
+	DeadLetterShare float64 `yaml:"deadletter_share"`
 	// CheckpointInterval is how often the gateway's state (open and
 	// retained windows, sessions) is written to <data_dir>/state, so that
 	// a restart replays at most this much of the ingest journal.
@@ -402,7 +407,7 @@ func Default() Config {
 			ExactlyOnce:     true,
 			OffsetsTopic:    "edge.offsets",
 		},
-		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", DeadLetterPayload: 4 << 10, CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", DeadLetterPayload: 4 << 10, DeadLetterShare: 0.1, CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
@@ -711,6 +716,9 @@ func (c *Config) Validate() error {
 	}
 	if v := c.Storage.DeadLetterPayload; v < 64 || v > 64<<10 {
 		add("storage.deadletter_payload_bytes", "%d is out of range; use 64 to 65536 (the default 4KiB shows what a device sent; the length and hash of the whole payload are always in the dead letter)", int64(v))
+	}
+	if v := c.Storage.DeadLetterShare; !(v >= 0.01 && v <= 0.5) {
+		add("storage.deadletter_share", "%v is out of range; use 0.01 to 0.5 (the default 0.1 gives dead letters 10%% of storage.max_bytes and keeps the rest for summaries)", v)
 	}
 	if d := c.Storage.FsyncInterval.D(); d < 0 || d > time.Second {
 		add("storage.fsync_interval", "%s is out of range; use 0 (fsync as soon as a reading arrives) to 1s (the default 5ms keeps PUBACKs fast and SD card writes low)", d)

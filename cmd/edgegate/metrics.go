@@ -51,6 +51,9 @@ var (
 	mEnqueued     = desc("queue_enqueued_total", "Records written to the outbound queue.")
 	mDelivered    = desc("queue_delivered_total", "Records delivered to Kafka.")
 	mDropped      = desc("queue_dropped_total", "Records dropped to respect storage.max_bytes.")
+	mDeadDropped  = desc("queue_deadletters_dropped_total", "Dead letters dropped, being beyond their share of the quota (storage.deadletter_share).")
+	mDeadBytes    = desc("queue_deadletter_bytes", "Bytes of undelivered dead letters in the outbound queue (queued since the start).")
+	mOverQuota    = desc("queue_over_quota_total", "Summaries written beyond storage.max_bytes under the backpressure policy, rather than dropped.")
 	mLost         = desc("queue_lost_total", "Records lost in damaged queue segments (quarantined) or undecodable.")
 	mFull         = desc("queue_full", "1 while the outbound queue is over its backpressure mark.")
 	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
@@ -75,7 +78,7 @@ var (
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
-		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
+		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
@@ -130,6 +133,9 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mEnqueued, float64(f.Enqueued))
 	counter(mDelivered, float64(f.Delivered))
 	counter(mDropped, float64(f.Dropped))
+	counter(mDeadDropped, float64(f.DeadLettersDropped))
+	gauge(mDeadBytes, float64(f.DeadLetterBytes))
+	counter(mOverQuota, float64(f.OverQuota))
 	counter(mLost, float64(f.Lost))
 	gauge(mFull, b2f(f.Full))
 	gauge(mLinkUp, b2f(f.LinkUp))

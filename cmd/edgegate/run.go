@@ -158,6 +158,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		Dir:             filepath.Join(cfg.Gateway.DataDir, "outbound"),
 		MaxBytes:        int64(cfg.Storage.MaxBytes),
 		Policy:          policy,
+		DeadLetterShare: cfg.Storage.DeadLetterShare,
 		Logger:          log.With("component", "bridge"),
 	}, connect)
 	if err != nil {
