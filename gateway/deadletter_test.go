@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +24,7 @@ import (
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/journal"
 )
 
 // countingOutput counts what the gateway hands to the real forwarder's
@@ -258,4 +261,91 @@ func TestSeriesLimitThroughGateway(t *testing.T) {
 		t.Errorf("first refused item %s, want metric m%05d", d.Items[0], limit)
 	}
 	_ = c.Disconnect(&paho.Disconnect{})
+}
+
+// TestSeriesLimitInReplay journals a publication of 200 metrics and one
+// of 10,000 metrics of another device, with aggregate.max_series 300, crashes (no checkpoint, no
+// flush) and recovers: the replay meets the same limits, so it holds no
+// more series than the run that wrote the journal, and makes no dead
+// letter again.
+func TestSeriesLimitInReplay(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	const metrics = 10_000
+	cfg.Aggregate.MaxSeries = 300
+	cfg.MQTT.MaxPayload, cfg.MQTT.MaxPacket = 256<<10, 256<<10
+	log := quietLog()
+	down := func(context.Context) (bridge.Producer, error) { return nil, errors.New("no kafka") }
+	fwdOpts := bridge.Options{Gateway: "gw-it", SummariesTopic: "s", DeadletterTopic: "d", Dir: filepath.Join(cfg.Gateway.DataDir, "outbound"),
+		Grace: time.Millisecond, Logger: log}
+	payload := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString("{")
+		for i := range n {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `"m%05d":%d`, i, i)
+		}
+		b.WriteString("}")
+		return []byte(b.String())
+	}
+	open := func() (*gateway.Gateway, *bridge.Forwarder, *countingOutput) {
+		fwd, err := bridge.NewForwarder(fwdOpts, down)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &countingOutput{Output: output.Forwarder(fwd)}
+		g, err := gateway.New(cfg.GatewayOptions(nil), out, log, func() time.Time { return t0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g, fwd, out
+	}
+	check := func(when string, g *gateway.Gateway) {
+		t.Helper()
+		st := g.Stats()
+		// dev-1: 200 series; dev-2: 100 of its 10,000 fit under max_series.
+		if o := st.Outcomes; o["aggregated"] != 300 || o["too_many_series"] != metrics-100 || st.Series != 300 {
+			t.Errorf("%s: outcomes %v, %d series; want 300 aggregated, %d too_many_series, 300 series", when, o, st.Series, metrics-100)
+		}
+	}
+	stopFwd := func(f *bridge.Forwarder) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		f.Run(ctx)
+	}
+
+	g, fwd, out := open()
+	at := t0.UnixNano()
+	var recs [][]byte
+	recs = append(recs, journal.AppendPublish(nil, at, 1, 1, "c1", "sensors/dev-1", payload(200)))
+	recs = append(recs, journal.AppendPublish(nil, at, 1, 1, "c2", "sensors/dev-2", payload(metrics)))
+	for i, r := range recs {
+		if _, err := g.JournalLog().Append(r); err != nil {
+			t.Fatal(err)
+		}
+		g.ApplyBatch(uint64(i+1), [][]byte{r})
+	}
+	if err := g.JournalLog().Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check("first run", g)
+	if n := out.letters.Load(); n != 1 {
+		t.Errorf("first run: %d dead letters, want 1", n)
+	}
+	if err := fwd.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	g.CloseFiles() // the crash: no flush, no checkpoint
+	stopFwd(fwd)
+
+	g, fwd, out = open()
+	defer func() { g.CloseFiles(); stopFwd(fwd) }()
+	if g.Replayed() != 2 {
+		t.Fatalf("replayed %d events, want 2", g.Replayed())
+	}
+	check("after replay", g)
+	if n := out.letters.Load(); n != 0 {
+		t.Errorf("replay made %d dead letters again, want 0 (already queued)", n)
+	}
 }
