@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -51,17 +53,22 @@ const (
 	Evicted
 	// Invalid: empty device or metric name, or a value that is not finite.
 	Invalid
+	// TooManySeries: its series is new and would take its device over
+	// MaxMetricsPerDevice series, or the aggregator over MaxSeries series
+	// or (for a new device) MaxDevices devices.
+	TooManySeries
 
 	numOutcomes
 )
 
 var outcomeNames = [numOutcomes]string{
-	Aggregated: "aggregated",
-	Revised:    "late_revised",
-	TooLate:    "too_late",
-	Future:     "future",
-	Evicted:    "late_state_evicted",
-	Invalid:    "invalid",
+	Aggregated:    "aggregated",
+	Revised:       "late_revised",
+	TooLate:       "too_late",
+	Future:        "future",
+	Evicted:       "late_state_evicted",
+	Invalid:       "invalid",
+	TooManySeries: "too_many_series",
 }
 
 // String returns the outcome's stable name, used as a metric label and as the
@@ -92,6 +99,15 @@ type Config struct {
 	// end as Evicted; with a Store it is the size of the RAM cache in front
 	// of the store. Each window in memory costs about 150 bytes.
 	MaxRetained int
+	// MaxDevices, MaxSeries and MaxMetricsPerDevice bound what one device
+	// (or many) can make the aggregator hold: a reading that would create a
+	// series beyond them ends as TooManySeries. A series lives while it has
+	// an open window (or, without a Store, a retained one): one whose
+	// windows have closed is dropped from RAM, so the limits count series
+	// in use, not every name ever seen. 0 means no limit.
+	MaxDevices          int
+	MaxSeries           int
+	MaxMetricsPerDevice int
 }
 
 // DefaultConfig returns the defaults of SPEC.md.
@@ -103,6 +119,13 @@ func DefaultConfig() Config {
 		AllowedLateness: 24 * time.Hour,
 		MaxFutureSkew:   2 * time.Minute,
 		MaxRetained:     100_000,
+		// About 250 bytes per live series and a window in RAM: 100,000
+		// series are under 32 MiB, and far more than a gateway's devices
+		// measure. 256 metrics is many times what a multi-sensor node
+		// reports.
+		MaxDevices:          10_000,
+		MaxSeries:           100_000,
+		MaxMetricsPerDevice: 256,
 	}
 }
 
@@ -123,6 +146,12 @@ func (c Config) Validate() error {
 		return errors.New("max_future_skew must not be negative")
 	case c.MaxRetained < 0:
 		return errors.New("max_retained must not be negative")
+	case c.MaxDevices < 0:
+		return errors.New("max_devices must not be negative")
+	case c.MaxSeries < 0:
+		return errors.New("max_series must not be negative")
+	case c.MaxMetricsPerDevice < 0:
+		return errors.New("max_metrics_per_device must not be negative")
 	}
 	return nil
 }
@@ -149,23 +178,26 @@ func (c *Counts) Total() uint64 {
 
 type seriesKey struct{ device, metric string }
 
+// retainedKey names a retained window by its series' names, not the
+// series: a series without open windows is dropped, and a later reading
+// that makes it again must find its retained windows.
 type retainedKey struct {
-	s     *series
-	start int64
+	dev, metric string
+	start       int64
 }
 
 type device struct {
 	id       string
 	maxEvent int64 // latest accepted event time, Unix ns; watermark is this - MaxOutOfOrder
 	hasEvent bool
-	lastSeen int64 // wall clock of the last reading, Unix ns
-	series   []*series
-	open     int   // open windows over all series
-	minEnd   int64 // smallest end among open windows, valid when open > 0
+	lastSeen int64     // wall clock of the last reading, Unix ns
+	series   []*series // sorted by metric
+	open     int       // open windows over all series
+	minEnd   int64     // smallest end among open windows, valid when open > 0
 	// outcomes counts the device's readings by outcome since the process
 	// started (statistics: not in snapshots). Future and Invalid readings
 	// are refused before the device is looked up and are not counted here.
-	outcomes [Invalid + 1]uint64
+	outcomes [numOutcomes]uint64
 }
 
 type series struct {
@@ -174,6 +206,7 @@ type series struct {
 	open     []*window // sorted by start; usually one or two
 	evicted  bool
 	evictEnd int64 // windows starting before this may have lost their state
+	retained int   // without a Store: its windows in Aggregator.retained
 }
 
 // Aggregator holds the open windows and the retained closed windows of every
@@ -192,9 +225,13 @@ type Aggregator struct {
 	head     int
 	free     []*window
 	counts   Counts
-	added    bool    // a reading arrived since the last Tick
-	last     *device // the device of the latest lookup
-	store    Store   // closed windows beyond the RAM cache; nil keeps them all in RAM
+	// The most entries series and retained held since they were last
+	// rebuilt: Go maps do not shrink, so Tick rebuilds one that has
+	// emptied, and a burst of series costs nothing once it has closed.
+	seriesPeak, retainedPeak int
+	added                    bool    // a reading arrived since the last Tick
+	last                     *device // the device of the latest lookup
+	store                    Store   // closed windows beyond the RAM cache; nil keeps them all in RAM
 }
 
 // New returns an Aggregator. now is the clock used for future-skew checks and
@@ -226,6 +263,10 @@ func (a *Aggregator) OpenWindows() int {
 	}
 	return n
 }
+
+// Series returns the number of series held in RAM: those with an open
+// window (or, without a Store, a retained one).
+func (a *Aggregator) Series() int { return len(a.series) }
 
 // Devices returns the number of devices seen.
 func (a *Aggregator) Devices() int { return len(a.devices) }
@@ -288,6 +329,10 @@ func (a *Aggregator) add(r Reading) Outcome {
 		return Future
 	}
 	s := a.lookup(r)
+	if s == nil {
+		return TooManySeries
+	}
+	defer a.dropIfIdle(s)
 	d := s.dev
 	d.lastSeen = now
 	start := a.windowStart(t)
@@ -300,7 +345,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 		return Aggregated
 	}
 	wm := d.watermark(a.cfg.MaxOutOfOrder)
-	w, ok := a.retained[retainedKey{s, start}]
+	w, ok := a.retained[retainedKey{d.id, s.metric, start}]
 	if !ok && a.store != nil && d.hasEvent && end <= wm && end+int64(a.cfg.AllowedLateness) > wm {
 		// Closed and still revisable: it may be in the store.
 		st, found, err := a.store.Load(d.id, s.metric, start)
@@ -352,24 +397,66 @@ func (a *Aggregator) add(r Reading) Outcome {
 
 func (d *device) watermark(ooo time.Duration) int64 { return d.maxEvent - int64(ooo) }
 
-// lookup finds or creates the series of r. Names are copied on creation so
-// the aggregator never pins the caller's buffers.
+// lookup finds or creates the series of r, or returns nil when creating
+// it would exceed MaxDevices, MaxSeries or MaxMetricsPerDevice. Names are
+// copied on creation so the aggregator never pins the caller's buffers.
 func (a *Aggregator) lookup(r Reading) *series {
 	if s, ok := a.series[seriesKey{r.Device, r.Metric}]; ok {
 		a.last = s.dev
 		return s
 	}
+	if a.cfg.MaxSeries > 0 && len(a.series) >= a.cfg.MaxSeries {
+		a.last = a.devices[r.Device]
+		return nil
+	}
 	d, ok := a.devices[r.Device]
 	if !ok {
+		if a.cfg.MaxDevices > 0 && len(a.devices) >= a.cfg.MaxDevices {
+			return nil
+		}
 		d = &device{id: cloneString(r.Device)}
 		a.devices[d.id] = d
 		a.devList = append(a.devList, d)
 	}
-	s := &series{dev: d, metric: cloneString(r.Metric)}
 	a.last = d
-	d.series = append(d.series, s)
+	if a.cfg.MaxMetricsPerDevice > 0 && len(d.series) >= a.cfg.MaxMetricsPerDevice {
+		return nil
+	}
+	s := &series{dev: d, metric: cloneString(r.Metric)}
+	a.seriesPeak = max(a.seriesPeak, len(a.series)+1)
+	// Sorted by metric: windows closing together are emitted in this
+	// order, which then does not depend on when a series was dropped and
+	// made again.
+	i, _ := slices.BinarySearchFunc(d.series, s.metric, func(x *series, m string) int { return strings.Compare(x.metric, m) })
+	d.series = slices.Insert(d.series, i, s)
 	a.series[seriesKey{d.id, s.metric}] = s
 	return s
+}
+
+// idle reports whether a series holds nothing: no open window, no
+// retained window without a Store (with one, they are found by name), and
+// no eviction still within the allowed lateness. Such a series is dropped;
+// a later reading makes it again. The decision depends only on the state a
+// snapshot keeps, so a replay drops the same series at the same moments
+// and emits in the same order.
+func (a *Aggregator) idle(s *series) bool {
+	d := s.dev
+	if len(s.open) > 0 || a.store == nil && s.retained > 0 {
+		return false
+	}
+	return !s.evicted || d.hasEvent && s.evictEnd+int64(a.cfg.AllowedLateness) <= d.watermark(a.cfg.MaxOutOfOrder)
+}
+
+// dropIfIdle drops s if it is idle.
+func (a *Aggregator) dropIfIdle(s *series) {
+	k := seriesKey{s.dev.id, s.metric}
+	if !a.idle(s) || a.series[k] != s {
+		return
+	}
+	delete(a.series, k)
+	if i := slices.Index(s.dev.series, s); i >= 0 {
+		s.dev.series = slices.Delete(s.dev.series, i, i+1)
+	}
 }
 
 func cloneString(s string) string {
@@ -397,6 +484,7 @@ func (a *Aggregator) advance(d *device, t int64) {
 // (all of them when limit is math.MaxInt64).
 func (a *Aggregator) closeDevice(d *device, limit int64) {
 	d.minEnd = math.MaxInt64
+	idle := 0
 	for _, s := range d.series {
 		n := 0
 		for n < len(s.open) && s.open[n].start+a.window <= limit {
@@ -414,6 +502,18 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 		if len(s.open) > 0 && s.open[0].start+a.window < d.minEnd {
 			d.minEnd = s.open[0].start + a.window
 		}
+		if len(s.open) == 0 {
+			idle++
+		}
+	}
+	if idle > 0 {
+		d.series = slices.DeleteFunc(d.series, func(s *series) bool {
+			if !a.idle(s) {
+				return false
+			}
+			delete(a.series, seriesKey{d.id, s.metric})
+			return true
+		})
 	}
 }
 
@@ -430,6 +530,37 @@ func (a *Aggregator) Tick() {
 		}
 	}
 	a.expire()
+	a.shrink()
+}
+
+// shrink rebuilds the maps and the device series lists that hold less
+// than a quarter of what they once did.
+func (a *Aggregator) shrink() {
+	const least = 1024
+	if a.seriesPeak > least && len(a.series) < a.seriesPeak/4 {
+		a.series = rebuild(a.series)
+		a.seriesPeak = len(a.series)
+		for _, d := range a.devList {
+			if cap(d.series) > 16 && len(d.series) < cap(d.series)/4 {
+				d.series = slices.Clone(d.series)
+			}
+		}
+	}
+	if a.retainedPeak > least && len(a.retained) < a.retainedPeak/4 {
+		a.retained = rebuild(a.retained)
+		a.retainedPeak = len(a.retained)
+	}
+	if live := len(a.order) - a.head; cap(a.order) > least && live < cap(a.order)/4 {
+		a.order, a.head = slices.Clone(a.order[a.head:]), 0
+	}
+}
+
+func rebuild[K comparable, V any](m map[K]V) map[K]V {
+	n := make(map[K]V, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
 }
 
 // TickDue reports whether Tick at time now could change anything: some
@@ -471,8 +602,10 @@ func (a *Aggregator) retain(s *series, w *window) {
 		a.cache(s, w)
 		return
 	}
-	k := retainedKey{s, w.start}
+	k := retainedKey{s.dev.id, s.metric, w.start}
 	a.retained[k] = w
+	a.retainedPeak = max(a.retainedPeak, len(a.retained))
+	s.retained++
 	a.order = append(a.order, k)
 	for len(a.retained) > a.cfg.MaxRetained {
 		a.popOldest(true)
@@ -481,8 +614,9 @@ func (a *Aggregator) retain(s *series, w *window) {
 
 // cache keeps a closed window in RAM in front of the store.
 func (a *Aggregator) cache(s *series, w *window) {
-	k := retainedKey{s, w.start}
+	k := retainedKey{s.dev.id, s.metric, w.start}
 	a.retained[k] = w
+	a.retainedPeak = max(a.retainedPeak, len(a.retained))
 	a.order = append(a.order, k)
 	a.trimCache()
 }
@@ -502,9 +636,16 @@ func (a *Aggregator) popOldest(evict bool) {
 	a.head++
 	if w, ok := a.retained[k]; ok {
 		delete(a.retained, k)
+		if s := a.series[seriesKey{k.dev, k.metric}]; s != nil && a.store == nil {
+			// Without a Store a series with retained windows is kept.
+			s.retained--
+			if evict {
+				a.markEvicted(s, k.start)
+			}
+			defer a.dropIfIdle(s)
+		}
 		if evict {
 			a.counts.Evictions++
-			a.markEvicted(k.s, k.start)
 		}
 		a.release(w)
 	}
@@ -523,7 +664,7 @@ func (a *Aggregator) expire() {
 	for a.head < len(a.order) {
 		k := a.order[a.head]
 		if _, ok := a.retained[k]; ok {
-			d := k.s.dev
+			d := a.devices[k.dev]
 			if k.start+a.window+late > d.watermark(a.cfg.MaxOutOfOrder) {
 				return
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Snapshot encodes the aggregator's whole state (devices, watermarks, open
@@ -62,14 +63,15 @@ func (a *Aggregator) AppendSnapshot(b []byte) []byte {
 	}
 	e.u(uint64(len(live)))
 	for _, k := range live {
-		e.s(k.s.dev.id)
-		e.s(k.s.metric)
+		e.s(k.dev)
+		e.s(k.metric)
 		e.window(a.retained[k])
 	}
 	return e.buf
 }
 
-const snapshotVersion = 1
+// snapshotVersion 2 added the TooManySeries counter; Restore reads 1 too.
+const snapshotVersion = 2
 
 // ErrSnapshot is returned by Restore for a snapshot it cannot use.
 var ErrSnapshot = errors.New("aggregate: unusable snapshot")
@@ -77,7 +79,8 @@ var ErrSnapshot = errors.New("aggregate: unusable snapshot")
 // Restore replaces the state of a (new) aggregator with the snapshot's.
 func (a *Aggregator) Restore(snap []byte) error {
 	d := decoder{buf: snap}
-	if v := d.u(); v != snapshotVersion {
+	v := d.u()
+	if v != snapshotVersion && v != 1 {
 		return fmt.Errorf("%w: version %d", ErrSnapshot, v)
 	}
 	if w, ooo := d.i(), d.i(); w != int64(a.cfg.Window) || ooo != int64(a.cfg.MaxOutOfOrder) {
@@ -86,7 +89,11 @@ func (a *Aggregator) Restore(snap []byte) error {
 		}
 	}
 	fresh, _ := New(a.cfg, a.now, a.emit)
-	for i := range fresh.counts.Readings {
+	outcomes := len(fresh.counts.Readings)
+	if v == 1 {
+		outcomes = int(TooManySeries) // counters up to Invalid
+	}
+	for i := range outcomes {
 		fresh.counts.Readings[i] = d.u()
 	}
 	fresh.counts.Summaries = d.u()
@@ -108,6 +115,8 @@ func (a *Aggregator) Restore(snap []byte) error {
 			dev.series = append(dev.series, s)
 			fresh.series[seriesKey{dev.id, s.metric}] = s
 		}
+		// Older snapshots kept series in order of first reading.
+		slices.SortFunc(dev.series, func(x, y *series) int { return strings.Compare(x.metric, y.metric) })
 		fresh.devices[dev.id] = dev
 		fresh.devList = append(fresh.devList, dev)
 	}
@@ -122,8 +131,9 @@ func (a *Aggregator) Restore(snap []byte) error {
 			}
 			break
 		}
-		k := retainedKey{s, w.start}
+		k := retainedKey{s.dev.id, s.metric, w.start}
 		fresh.retained[k] = w
+		s.retained++
 		fresh.order = append(fresh.order, k)
 	}
 	if d.err == nil && len(d.buf) != 0 {

@@ -42,23 +42,21 @@ func (a *Aggregator) TakeDirty(fn func(device, metric string, w WindowState)) {
 			continue
 		}
 		w.dirty = false
-		fn(k.s.dev.id, k.s.metric, w.state())
+		fn(k.dev, k.metric, w.state())
 	}
 	a.trimCache()
 }
 
-// Horizons calls fn, for every series, with the start time (Unix ns)
-// below which its closed windows can no longer be revised: they may be
-// deleted from the store.
-func (a *Aggregator) Horizons(fn func(device, metric string, before int64)) {
+// Horizons calls fn, for every device, with the start time (Unix ns)
+// below which the closed windows of its series can no longer be revised:
+// they may be deleted from the store. It is per device, since series
+// without open windows are not kept in RAM.
+func (a *Aggregator) Horizons(fn func(device string, before int64)) {
 	for _, d := range a.devList {
 		if !d.hasEvent {
 			continue
 		}
-		before := d.watermark(a.cfg.MaxOutOfOrder) - int64(a.cfg.AllowedLateness) - a.window + 1
-		for _, s := range d.series {
-			fn(d.id, s.metric, before)
-		}
+		fn(d.id, d.watermark(a.cfg.MaxOutOfOrder)-int64(a.cfg.AllowedLateness)-a.window+1)
 	}
 }
 

@@ -27,11 +27,10 @@ func (m mapStore) Load(dev, metric string, start int64) (WindowState, bool, erro
 func (m mapStore) checkpoint(a *Aggregator) {
 	a.TakeDirty(func(dev, metric string, w WindowState) { m[storeKey(dev, metric, w.Start)] = w })
 	horizon := map[string]int64{}
-	a.Horizons(func(dev, metric string, before int64) { horizon[dev+"\x00"+metric] = before })
+	a.Horizons(func(dev string, before int64) { horizon[dev] = before })
 	for k, w := range m {
-		dev, rest, _ := strings.Cut(k, "\x00")
-		metric, _, _ := strings.Cut(rest, "\x00")
-		if h, ok := horizon[dev+"\x00"+metric]; ok && w.Start < h {
+		dev, _, _ := strings.Cut(k, "\x00")
+		if h, ok := horizon[dev]; ok && w.Start < h {
 			delete(m, k)
 		}
 	}

@@ -106,13 +106,17 @@ type Connector func(ctx context.Context) (Producer, error)
 type FullPolicy int
 
 const (
-	// Backpressure: Full reports true from 90% of the quota, so the gateway
-	// stops acknowledging QoS > 0 readings and devices keep them; summaries of
-	// readings already accepted still fit in the remaining 10%. Only if that
-	// too runs out is the oldest segment dropped (counted).
+	// Backpressure: Full reports true once summaries fill 90% of their
+	// part of the quota (the quota less the dead letters' share), so the
+	// gateway stops acknowledging QoS > 0 readings and devices keep them;
+	// summaries of readings already accepted fit in the remaining 10%. A
+	// summary is never dropped: beyond the quota it is still written
+	// (counted in OverQuota), and only a full disk stops it, which fails
+	// the queue (ErrQueueFailed) and stops the process before anything
+	// more is acknowledged; the journal still holds the readings.
 	Backpressure FullPolicy = iota
-	// DropOldest: the oldest undelivered records are dropped to make room,
-	// a segment at a time, and counted.
+	// DropOldest: the oldest undelivered records are dropped to make room
+	// for a summary, a segment at a time, and counted.
 	DropOldest
 )
 
@@ -124,7 +128,11 @@ type Options struct {
 	Dir             string     // directory of the outbound queue
 	MaxBytes        int64      // quota of the outbound queue; default 1 GiB
 	Policy          FullPolicy // what to do when the quota is reached
-	BatchSize       int        // at most this many records per Send (one transaction); default 10000
+	// DeadLetterShare is the part of MaxBytes that dead letters may use,
+	// from 0 to 1; default 0.1. A dead letter beyond it (or beyond the
+	// quota) is counted and dropped: it never displaces a summary.
+	DeadLetterShare float64
+	BatchSize       int // at most this many records per Send (one transaction); default 10000
 	// MaxBatchBytes caps the records' bytes (Record.Size) of one Send.
 	// Within it the size adapts to the link: the first batch is 16 KiB, a
 	// batch sent within a second doubles the next, one that took over 4 s
@@ -153,7 +161,16 @@ type Stats struct {
 	Delivered  uint64
 	Batches    uint64 // batches delivered (each one transaction with exactly-once delivery)
 	Dropped    uint64 // records dropped to respect the quota
-	Full       bool   // the queue is over its backpressure mark
+	// DeadLettersDropped counts dead letters not queued, being beyond
+	// their share of the quota (Options.DeadLetterShare) or the quota;
+	// DeadLetterBytes is what the undelivered dead letters take on disk
+	// (those queued since this process started).
+	DeadLettersDropped uint64
+	DeadLetterBytes    int64
+	// OverQuota counts summaries written beyond the quota under
+	// Backpressure (rather than dropped).
+	OverQuota  uint64
+	Full       bool // the queue is over its backpressure mark
 	LinkUp     bool
 	Connects   uint64 // successful connections
 	SendErrors uint64
@@ -200,7 +217,20 @@ type Forwarder struct {
 	// undelivered record, to a second.
 	ages   []enqueueTime
 	opened time.Time
+	// deadSpans note the bytes of undelivered dead letters by range of
+	// queue sequence numbers (one span per 1024), so that their share of
+	// the quota is known without reading the queue.
+	deadSpans []deadSpan
+	deadBytes int64
 }
+
+type deadSpan struct {
+	last  uint64 // the span's last dead letter
+	bytes int64
+}
+
+// deadSpanRecords is how many sequence numbers one deadSpan covers.
+const deadSpanRecords = 1024
 
 // NewForwarder opens (and recovers) the outbound queue in opts.Dir and
 // returns a Forwarder that delivers through producers made by connect.
@@ -238,9 +268,16 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.DeadLetterShare <= 0 || opts.DeadLetterShare > 1 {
+		opts.DeadLetterShare = 0.1
+	}
+	qmax := opts.MaxBytes
+	if opts.Policy == Backpressure {
+		qmax = 0 // the forwarder keeps the quota: summaries may go beyond it
+	}
 	q, err := queue.Open(opts.Dir, queue.Options{
 		SegmentBytes: min(16<<20, max(opts.MaxBytes/16, 4096)),
-		MaxBytes:     opts.MaxBytes,
+		MaxBytes:     qmax,
 		Logger:       opts.Logger,
 	})
 	if err != nil {
@@ -324,15 +361,17 @@ func (f *Forwarder) Summary(s aggregate.Summary, m Mark) {
 }
 
 // DeadLetter enqueues a dead-letter record, encoded by package summary,
-// with this gateway's id. m names what produced it.
+// with this gateway's id, if it fits in the dead letters' share of the
+// quota (Options.DeadLetterShare); otherwise it is counted
+// (DeadLettersDropped) and dropped. m names what produced it.
 func (f *Forwarder) DeadLetter(w summary.DeadLetter, m Mark) {
 	w.Gateway = f.opts.Gateway
-	f.Enqueue(Record{
+	f.enqueue(Record{
 		Topic:   f.opts.DeadletterTopic,
 		Key:     w.RecordKey(),
 		Value:   w.AppendJSON(nil),
 		Headers: f.headers(summary.DeadLetterSchemaVersion),
-	}, m)
+	}, m, true)
 }
 
 // headers returns the headers of a record the gateway produces (package
@@ -346,26 +385,46 @@ func (f *Forwarder) headers(schema int) []Header {
 }
 
 // Enqueue writes a record to the queue (durable within SyncInterval, or
-// at Sync). m names what produced it. When the quota is reached the oldest
-// segment is dropped and counted, under either policy: under Backpressure
-// the gateway has stopped accepting QoS > 0 readings well before that.
-func (f *Forwarder) Enqueue(r Record, m Mark) {
+// at Sync). m names what produced it. At the quota, under DropOldest the
+// oldest segment is dropped and counted; under Backpressure the record is
+// written beyond the quota and counted (OverQuota): the gateway stopped
+// accepting QoS > 0 readings before that, and what it still makes
+// summarises readings it acknowledged.
+func (f *Forwarder) Enqueue(r Record, m Mark) { f.enqueue(r, m, false) }
+
+func (f *Forwarder) enqueue(r Record, m Mark, dead bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if m.After(f.stored) {
-		f.stored = m
+		f.stored = m // also when dropped: a replay does not make it again
 	}
 	f.encBuf = encodeRecord(f.encBuf[:0], r, m)
+	qs := f.q.Stats()
+	f.pruneDead(qs)
+	if dead {
+		// Frame overhead aside; the share is checked again with the bytes
+		// on disk below.
+		size := int64(len(f.encBuf))
+		if f.deadBytes+size > int64(float64(f.opts.MaxBytes)*f.opts.DeadLetterShare) || qs.Bytes+size > f.opts.MaxBytes {
+			f.stats.DeadLettersDropped++
+			return
+		}
+	} else if f.opts.Policy == Backpressure && qs.Bytes+int64(len(f.encBuf)) > f.opts.MaxBytes {
+		f.stats.OverQuota++
+	}
 	for {
 		seq, err := f.q.Append(f.encBuf)
 		if err == nil {
 			f.stats.Enqueued++
+			if dead {
+				f.noteDead(seq, f.q.Stats().Bytes-qs.Bytes)
+			}
 			if now := time.Now(); len(f.ages) == 0 || now.Sub(f.ages[len(f.ages)-1].at) >= time.Second {
 				f.ages = append(f.ages, enqueueTime{seq, now})
 			}
 			break
 		}
-		if errors.Is(err, queue.ErrFull) {
+		if errors.Is(err, queue.ErrFull) && !dead {
 			n, derr := f.q.DropFirst()
 			if derr == nil && n > 0 {
 				f.stats.Dropped += n
@@ -381,14 +440,51 @@ func (f *Forwarder) Enqueue(r Record, m Mark) {
 	}
 }
 
-// Full reports whether the queue is over its backpressure mark (90% of the
-// quota) under the Backpressure policy; the gateway then refuses QoS > 0
+// noteDead adds a dead letter of n bytes at queue sequence seq.
+func (f *Forwarder) noteDead(seq uint64, n int64) {
+	f.deadBytes += n
+	if k := len(f.deadSpans); k > 0 && f.deadSpans[k-1].last/deadSpanRecords == seq/deadSpanRecords {
+		f.deadSpans[k-1].last, f.deadSpans[k-1].bytes = seq, f.deadSpans[k-1].bytes+n
+		return
+	}
+	f.deadSpans = append(f.deadSpans, deadSpan{last: seq, bytes: n})
+}
+
+// pruneDead forgets the dead letters delivered or dropped, a span at a
+// time (a span counts until its last dead letter is gone).
+func (f *Forwarder) pruneDead(qs queue.Stats) {
+	first := max(f.position, qs.First)
+	i := 0
+	for i < len(f.deadSpans) && f.deadSpans[i].last < first {
+		f.deadBytes -= f.deadSpans[i].bytes
+		i++
+	}
+	if i > 0 {
+		f.deadSpans = append(f.deadSpans[:0], f.deadSpans[i:]...)
+	}
+}
+
+// Full reports whether the queue is over its backpressure mark under the
+// Backpressure policy: summaries (what is not dead letters) fill 90% of
+// the quota less the dead letters' share. The gateway then refuses QoS > 0
 // readings. It is always false under DropOldest.
 func (f *Forwarder) Full() bool {
 	if f.opts.Policy != Backpressure {
 		return false
 	}
-	return f.q.Stats().Bytes >= f.opts.MaxBytes/10*9
+	qs := f.q.Stats()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fullLocked(qs)
+}
+
+func (f *Forwarder) fullLocked(qs queue.Stats) bool {
+	if f.opts.Policy != Backpressure {
+		return false
+	}
+	f.pruneDead(qs)
+	share := int64(float64(f.opts.MaxBytes) * f.opts.DeadLetterShare)
+	return qs.Bytes-f.deadBytes >= (f.opts.MaxBytes-share)/10*9
 }
 
 func (p FullPolicy) String() string {
@@ -417,7 +513,8 @@ func (f *Forwarder) Stats() Stats {
 		}
 		s.OldestAge = time.Since(oldest).Truncate(time.Second)
 	}
-	s.Full = f.opts.Policy == Backpressure && qs.Bytes >= f.opts.MaxBytes/10*9
+	s.Full = f.fullLocked(qs)
+	s.DeadLetterBytes = f.deadBytes
 	return s
 }
 

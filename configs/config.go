@@ -185,6 +185,15 @@ type Aggregate struct {
 	AllowedLateness Duration `yaml:"allowed_lateness"`
 	MaxFutureSkew   Duration `yaml:"max_future_skew"`
 	MaxRetained     int      `yaml:"max_retained_windows"`
+	// MaxDevices, MaxSeries and MaxMetricsPerDevice bound the series (one
+	// per device and metric) the aggregator holds in RAM, so that no
+	// device, publishing any metric names it likes, can exhaust memory (and
+	// a replay of the journal after the crash repeat it). A reading that
+	// would make a series beyond them is dead-lettered as too_many_series.
+	// A series whose windows have closed is not counted.
+	MaxDevices          int `yaml:"max_devices"`
+	MaxSeries           int `yaml:"max_series"`
+	MaxMetricsPerDevice int `yaml:"max_metrics_per_device"`
 }
 
 // Kafka configures the uplink.
@@ -269,6 +278,16 @@ type Storage struct {
 	// acknowledging QoS 1/2 readings so devices keep them) or "drop_oldest"
 	// (drop the oldest undelivered summaries). Either way it is counted.
 	FullPolicy string `yaml:"full_policy"`
+	// DeadLetterPayload bounds the payload copied into a dead letter (its
+	// length and SHA-256 are always there): one publication makes at most
+	// one dead letter, and a 64 KiB payload costs the queue about this much
+	// rather than all of it.
+	DeadLetterPayload ByteSize `yaml:"deadletter_payload_bytes"`
+	// DeadLetterShare is the part of max_bytes dead letters may use (0.1
+	// is 10%); beyond it they are counted and dropped, so that a hostile
+	// device's refused payloads never fill the queue nor displace a
+	// summary.
+	DeadLetterShare float64 `yaml:"deadletter_share"`
 	// CheckpointInterval is how often the gateway's state (open and
 	// retained windows, sessions) is written to <data_dir>/state, so that
 	// a restart replays at most this much of the ingest journal.
@@ -391,6 +410,10 @@ func Default() Config {
 			AllowedLateness: Duration(ac.AllowedLateness),
 			MaxFutureSkew:   Duration(ac.MaxFutureSkew),
 			MaxRetained:     ac.MaxRetained,
+
+			MaxDevices:          ac.MaxDevices,
+			MaxSeries:           ac.MaxSeries,
+			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
 		},
 		Kafka: Kafka{
 			SummariesTopic:  "edge.summaries",
@@ -403,7 +426,7 @@ func Default() Config {
 			MaxBatchBytes:   1 << 20,
 			StallTimeout:    Duration(10 * time.Second),
 		},
-		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
+		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", DeadLetterPayload: 4 << 10, DeadLetterShare: 0.1, CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 	}
@@ -422,6 +445,10 @@ func (c *Config) AggregateConfig() aggregate.Config {
 		AllowedLateness: c.Aggregate.AllowedLateness.D(),
 		MaxFutureSkew:   c.Aggregate.MaxFutureSkew.D(),
 		MaxRetained:     c.Aggregate.MaxRetained,
+
+		MaxDevices:          c.Aggregate.MaxDevices,
+		MaxSeries:           c.Aggregate.MaxSeries,
+		MaxMetricsPerDevice: c.Aggregate.MaxMetricsPerDevice,
 	}
 }
 
@@ -648,6 +675,12 @@ func (c *Config) Validate() error {
 	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
 	c.validateSecurity(add)
 
+	positive("aggregate.max_devices", c.Aggregate.MaxDevices, 1, 10_000_000)
+	positive("aggregate.max_series", c.Aggregate.MaxSeries, 1, 10_000_000)
+	positive("aggregate.max_metrics_per_device", c.Aggregate.MaxMetricsPerDevice, 1, 1_000_000)
+	if c.Aggregate.MaxMetricsPerDevice > c.Aggregate.MaxSeries && c.Aggregate.MaxSeries > 0 {
+		add("aggregate.max_metrics_per_device", "%d exceeds aggregate.max_series (%d); lower it or raise max_series", c.Aggregate.MaxMetricsPerDevice, c.Aggregate.MaxSeries)
+	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
 	}
@@ -711,6 +744,12 @@ func (c *Config) Validate() error {
 	case "backpressure", "drop_oldest":
 	default:
 		add("storage.full_policy", "%q is not a policy; use backpressure (devices keep their readings) or drop_oldest", c.Storage.FullPolicy)
+	}
+	if v := c.Storage.DeadLetterPayload; v < 64 || v > 64<<10 {
+		add("storage.deadletter_payload_bytes", "%d is out of range; use 64 to 65536 (the default 4KiB shows what a device sent; the length and hash of the whole payload are always in the dead letter)", int64(v))
+	}
+	if v := c.Storage.DeadLetterShare; !(v >= 0.01 && v <= 0.5) {
+		add("storage.deadletter_share", "%v is out of range; use 0.01 to 0.5 (the default 0.1 gives dead letters 10%% of storage.max_bytes and keeps the rest for summaries)", v)
 	}
 	if d := c.Storage.FsyncInterval.D(); d < 0 || d > time.Second {
 		add("storage.fsync_interval", "%s is out of range; use 0 (fsync as soon as a reading arrives) to 1s (the default 5ms keeps PUBACKs fast and SD card writes low)", d)

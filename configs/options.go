@@ -28,6 +28,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 		DataDir:            c.Gateway.DataDir,
 		Topics:             m.Topics,
 		MaxPayload:         m.MaxPayload,
+		DeadLetterPayload:  int(c.Storage.DeadLetterPayload),
 		Aggregate:          c.AggregateConfig(),
 		FsyncInterval:      c.Storage.FsyncInterval.D(),
 		CheckpointInterval: c.Storage.CheckpointInterval.D(),

@@ -87,6 +87,9 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if now == nil {
 		now = time.Now
 	}
+	if o.DeadLetterPayload <= 0 {
+		o.DeadLetterPayload = DefaultDeadLetterPayload
+	}
 	dec, err := payload.NewDecoder(o.Topics, o.MaxPayload)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
@@ -515,6 +518,7 @@ type Stats struct {
 	Rejected    map[payload.Reason]uint64 // payloads or items refused by the decoder
 	Summaries   uint64                    // summaries emitted, revisions included
 	OpenWindows int
+	Series      int // series held in memory (aggregate.max_series bounds them)
 	Retained    int
 	Devices     int
 	Sessions    int // persistent MQTT sessions kept across restarts
@@ -555,6 +559,7 @@ func (g *Gateway) Stats() Stats {
 	c := g.agg.Counts()
 	s := Stats{
 		OpenWindows: g.agg.OpenWindows(),
+		Series:      g.agg.Series(),
 		Retained:    g.agg.Retained(),
 		Devices:     g.agg.Devices(),
 		Summaries:   c.Summaries,
@@ -586,7 +591,7 @@ func (g *Gateway) Stats() Stats {
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.Outcomes = map[string]uint64{}
-	for o := aggregate.Aggregated; o <= aggregate.Invalid; o++ {
+	for o := aggregate.Aggregated; o <= aggregate.TooManySeries; o++ {
 		s.Outcomes[o.String()] = c.Of(o)
 	}
 	s.Rejected = map[payload.Reason]uint64{}

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"crypto/sha256"
 	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/gateway/payload"
@@ -23,13 +25,16 @@ func reasonIndex(r payload.Reason) int {
 
 // ingestHandler receives the decoder's output for one publication at a time.
 // It lives in the Gateway and is used with g.mu held, so decoding a
-// publication allocates nothing for it.
+// publication allocates nothing for it. What the publication has refused is
+// gathered in dl and sent as one dead letter when its decoding ends.
 type ingestHandler struct {
 	g       *Gateway
 	topic   string
 	client  string
 	payload []byte
 	now     time.Time
+	dl      DeadLetter // the publication's dead letter so far; Reason is empty while nothing was refused
+	payOnce bool       // the payload is in dl
 }
 
 func (h *ingestHandler) Reading(r aggregate.Reading) {
@@ -37,15 +42,62 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 	if o.Accepted() {
 		return
 	}
-	h.g.emitDeadLetter(DeadLetter{
-		Reason: o.String(), Detail: outcomeDetail(o), Source: "mqtt", Topic: h.topic, Client: h.client,
-		Device: r.Device, ReceivedAt: h.now, HasReading: true, Reading: r,
-	})
-	h.g.logRejected(o.String(), h.topic, h.client, outcomeDetail(o), h.now)
+	h.refuse(DeadItem{Reason: o.String(), Detail: outcomeDetail(o), HasReading: true, Reading: r}, r.Device)
 }
 
 func (h *ingestHandler) Reject(e *payload.Error) {
-	h.g.reject(e, h.topic, h.client, h.payload, h.now)
+	h.g.countRejected(e)
+	h.refuse(DeadItem{Reason: string(e.Reason), Item: e.Item, Detail: e.Detail}, "")
+	h.withPayload()
+}
+
+// refuse adds one refused item to the publication's dead letter.
+func (h *ingestHandler) refuse(it DeadItem, device string) {
+	d := &h.dl
+	detail := it.Detail
+	if it.Item != "" {
+		detail = it.Item + ": " + detail
+	}
+	if d.Reason == "" {
+		d.Reason, d.Detail = it.Reason, detail
+		if it.HasReading {
+			d.HasReading, d.Reading = true, it.Reading
+		}
+	}
+	if d.Device == "" {
+		d.Device = device
+	}
+	d.ItemsTotal++
+	if len(d.Items) < MaxDeadItems {
+		d.Items = append(d.Items, it)
+	}
+	for i := range d.Reasons {
+		if d.Reasons[i].Reason == it.Reason {
+			d.Reasons[i].Count++
+			return
+		}
+	}
+	d.Reasons = append(d.Reasons, DeadReason{Reason: it.Reason, Count: 1, Detail: detail})
+}
+
+// withPayload puts the payload in the dead letter, once, cut to
+// Options.DeadLetterPayload bytes (at a character boundary when it is
+// text), with its length and hash.
+func (h *ingestHandler) withPayload() {
+	if h.payOnce {
+		return
+	}
+	h.payOnce = true
+	body := h.payload
+	n := min(len(body), h.g.opts.DeadLetterPayload)
+	if n < len(body) && utf8.Valid(body) {
+		for n > 0 && !utf8.RuneStart(body[n]) {
+			n--
+		}
+	}
+	h.dl.Payload = append(h.dl.Payload[:0], body[:n]...)
+	h.dl.PayloadBytes = len(body)
+	h.dl.PayloadSHA256 = sha256.Sum256(body)
 }
 
 func outcomeDetail(o aggregate.Outcome) string {
@@ -58,55 +110,68 @@ func outcomeDetail(o aggregate.Outcome) string {
 		return "the window's state was evicted (aggregate.max_retained_windows), so it cannot be revised"
 	case aggregate.Invalid:
 		return "reading has no device or metric name, or a non-finite value"
+	case aggregate.TooManySeries:
+		return "a new series over aggregate.max_metrics_per_device for its device, aggregate.max_series in all, or a new device over aggregate.max_devices"
 	}
 	return ""
 }
 
 // ingestLocked decodes one journaled publication into readings and
-// aggregates them, with g.mu held. now is its arrival time.
+// aggregates them, with g.mu held. now is its arrival time. Whatever it
+// refuses, for however many reasons, makes one dead letter.
 func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time) {
 	h := &g.ing
 	h.topic, h.client, h.payload, h.now = topic, client, body, now
 	matched, err := g.dec.Decode(topic, body, now, h)
-	h.payload = nil
 	if err != nil {
 		var e *payload.Error
 		if errors.As(err, &e) {
-			g.reject(e, topic, client, body, now)
+			h.Reject(e)
 		}
 	}
+	if h.dl.Reason != "" {
+		d := &h.dl
+		if d.Device == "" {
+			d.Device = g.topicDevice(topic)
+		}
+		d.Source, d.Topic, d.Client, d.ReceivedAt = "mqtt", topic, client, now
+		g.emitDeadLetter(*d)
+		g.logRejected(d.Reason, topic, client, d.Detail, d.ItemsTotal, now)
+		// Keep the buffers for the next publication; the Output has
+		// encoded what it needs.
+		*d = DeadLetter{Payload: d.Payload[:0], Reasons: d.Reasons[:0], Items: clearItems(d.Items)}
+	}
+	h.payload, h.payOnce = nil, false
 	if matched {
 		g.publishes.Add(1)
 	}
 }
 
-// reject counts a decoder refusal, dead-letters it with the payload, and
-// logs it at a rate limit.
-func (g *Gateway) reject(e *payload.Error, topic, client string, body []byte, now time.Time) {
+func clearItems(items []DeadItem) []DeadItem {
+	clear(items)
+	return items[:0]
+}
+
+// countRejected counts a decoder refusal by reason.
+func (g *Gateway) countRejected(e *payload.Error) {
 	if i := reasonIndex(e.Reason); i >= 0 {
 		g.rejected[i].Add(1)
 	}
-	var device string
-	for _, p := range g.dec.Patterns() {
-		if d, _, ok := p.Match(topic); ok {
-			device = d
-			break
-		}
-	}
-	detail := e.Detail
-	if e.Item != "" {
-		detail = e.Item + ": " + detail
-	}
-	g.emitDeadLetter(DeadLetter{
-		Reason: string(e.Reason), Detail: detail, Source: "mqtt", Topic: topic, Client: client,
-		Device: device, ReceivedAt: now, Payload: append([]byte{}, body...),
-	})
-	g.logRejected(string(e.Reason), topic, client, detail, now)
 }
 
-func (g *Gateway) logRejected(reason, topic, client, detail string, now time.Time) {
+// topicDevice returns the device the topic names, if any.
+func (g *Gateway) topicDevice(topic string) string {
+	for _, p := range g.dec.Patterns() {
+		if d, _, ok := p.Match(topic); ok {
+			return d
+		}
+	}
+	return ""
+}
+
+func (g *Gateway) logRejected(reason, topic, client, detail string, items int, now time.Time) {
 	if ok, held := g.logLimiter.Allow(reason, now); ok {
 		g.log.Warn("reading refused; sent to dead letters", "reason", reason, "topic", topic, "client", client,
-			"detail", detail, "suppressed_since_last", held)
+			"detail", detail, "items", items, "suppressed_since_last", held)
 	}
 }

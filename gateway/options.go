@@ -9,6 +9,11 @@ import (
 	"periph.io/x/conn/v3/i2c"
 )
 
+// DefaultDeadLetterPayload is the default of Options.DeadLetterPayload:
+// enough to see what a device sent, while the dead letter of a 64 KiB
+// publication costs the outbound queue about 5 KiB instead of all of it.
+const DefaultDeadLetterPayload = 4 << 10
+
 // Options configures a Gateway. cmd/edgegate derives them from the
 // configuration file (configs.Config.GatewayOptions).
 type Options struct {
@@ -19,7 +24,11 @@ type Options struct {
 	// package payload.
 	Topics     []string
 	MaxPayload int // bytes of one publication's payload
-	Aggregate  aggregate.Config
+	// DeadLetterPayload bounds the payload copied into a dead letter, in
+	// bytes (its length and hash are always there); 0 means
+	// DefaultDeadLetterPayload.
+	DeadLetterPayload int
+	Aggregate         aggregate.Config
 	// FsyncInterval is the least time between two journal fsyncs;
 	// CheckpointInterval how often a checkpoint may be written.
 	FsyncInterval      time.Duration

@@ -39,9 +39,12 @@ func (m Mark) After(o Mark) bool {
 	return m.Seq > o.Seq || m.Seq == o.Seq && m.N > o.N
 }
 
-// DeadLetter is input that did not become part of a summary, with the
-// reason. Either the raw payload (it could not be decoded) or the decoded
-// reading (it was refused by the windowing rules) is set.
+// DeadLetter is what of one publication did not become part of a
+// summary, with every reason: at most one per publication. Reason and
+// Detail are the first reason; Reasons counts them all, Items lists the
+// first refused items. The raw payload (when something could not be
+// decoded) is cut to Options.DeadLetterPayload bytes, with its whole
+// length and hash; the first refused reading is set when one was.
 type DeadLetter struct {
 	Reason     string // stable machine-readable reason, e.g. "too_late", "invalid_json"
 	Detail     string // human-readable explanation
@@ -50,10 +53,39 @@ type DeadLetter struct {
 	Client     string
 	Device     string // when known (from the topic or the reading)
 	ReceivedAt time.Time
-	Payload    []byte // raw payload, for undecodable input
+	Payload    []byte // raw payload (its first bytes), for undecodable input
+	// PayloadBytes and PayloadSHA256 are the whole payload's length and
+	// SHA-256, when Payload is set.
+	PayloadBytes  int
+	PayloadSHA256 [32]byte
 
 	HasReading bool
 	Reading    aggregate.Reading
+
+	Reasons    []DeadReason // every reason, in order of first occurrence
+	Items      []DeadItem   // the first MaxDeadItems refused items
+	ItemsTotal int          // refused items in all
+}
+
+// MaxDeadItems bounds the items a dead letter lists; the rest are counted
+// in Reasons and ItemsTotal.
+const MaxDeadItems = 32
+
+// DeadReason is one reason of a dead letter: how many items of the
+// publication ended in it, and the first one's detail.
+type DeadReason struct {
+	Reason string
+	Count  int
+	Detail string
+}
+
+// DeadItem is one refused item of a publication: a field or record the
+// decoder refused (Item names it), or a decoded reading (HasReading) the
+// aggregator refused.
+type DeadItem struct {
+	Reason, Item, Detail string
+	HasReading           bool
+	Reading              aggregate.Reading
 }
 
 // RecentDeadLetter is one of the latest dead letters, for the status page.

@@ -22,7 +22,7 @@ type Reader struct {
 	// badHeader: the open segment's header is damaged; the next readFrame
 	// reports it as damage at offset 0.
 	badHeader bool
-	buf    []byte
+	buf       []byte
 }
 
 // NewReader returns a reader positioned at seq (or at the first record on

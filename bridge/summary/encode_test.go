@@ -59,6 +59,14 @@ func TestDeadLetterJSON(t *testing.T) {
 		"reading": {summary.DeadLetter{Gateway: "gw", Reason: "too_late", Device: "a", ReceivedAt: w0,
 			HasReading: true, Metric: "temp_c", Unit: "Cel", Time: w0.Add(-time.Hour), Value: 1e-7},
 			`{"gateway":"gw","reason":"too_late","received_at":"2026-11-30T10:00:00Z","device":"a","metric":"temp_c","unit":"Cel","time":"2026-11-30T09:00:00Z","value":1e-7}`},
+		"every reason": {summary.DeadLetter{Gateway: "gw", Reason: "unsupported_value", Detail: "s: value is not a number", ReceivedAt: w0,
+			Payload: []byte(`{"s":"x"`), PayloadBytes: 20, PayloadSHA256: "ab",
+			Reasons: []summary.ReasonCount{{Reason: "unsupported_value", Count: 2, Detail: "s: value is not a number"}, {Reason: "too_many_series", Count: 1}},
+			Items: []summary.Item{{Reason: "unsupported_value", Item: "s", Detail: "value is not a number"},
+				{Reason: "too_many_series", HasReading: true, Metric: "m", Time: w0, Value: 2}}, ItemsTotal: 3},
+			`{"gateway":"gw","reason":"unsupported_value","detail":"s: value is not a number","received_at":"2026-11-30T10:00:00Z","payload":"{\"s\":\"x\"","payload_bytes":20,"payload_sha256":"ab",` +
+				`"reasons":[{"reason":"unsupported_value","count":2,"detail":"s: value is not a number"},{"reason":"too_many_series","count":1}],` +
+				`"items":[{"reason":"unsupported_value","item":"s","detail":"value is not a number"},{"reason":"too_many_series","metric":"m","time":"2026-11-30T10:00:00Z","value":2}],"items_total":3}`},
 	} {
 		got := string(tc.d.AppendJSON(nil))
 		if got != tc.want {

@@ -32,13 +32,14 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid).", "outcome")
+	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid, too_many_series).", "outcome")
 	mRejected     = desc("payloads_rejected_total", "Payloads or payload items the decoder refused, by reason; each is a dead letter.", "reason")
 	mPublications = desc("publications_total", "Publications on reading topics.")
 	mRefused      = desc("quota_refused_total", "QoS 1/2 publications refused because the outbound queue was at its quota (backpressure).")
 	mDuplicates   = desc("duplicates_total", "QoS 1/2 resends of journaled publications, acknowledged and not counted again.")
 	mSummaries    = desc("summaries_total", "Summaries emitted, revisions included.")
 	mOpen         = desc("open_windows", "Windows open now.")
+	mSeries       = desc("series", "Series (device and metric) held in memory: those with an open window; bounded by aggregate.max_series.")
 	mCached       = desc("retained_windows_cached", "Closed windows held in memory for late revisions (all are on disk).")
 	mDevices      = desc("devices", "Devices seen since start or restored from the checkpoint.")
 	mSessions     = desc("mqtt_persistent_sessions", "Persistent MQTT sessions kept across restarts.")
@@ -50,6 +51,9 @@ var (
 	mEnqueued     = desc("queue_enqueued_total", "Records written to the outbound queue.")
 	mDelivered    = desc("queue_delivered_total", "Records delivered to Kafka.")
 	mDropped      = desc("queue_dropped_total", "Records dropped to respect storage.max_bytes.")
+	mDeadDropped  = desc("queue_deadletters_dropped_total", "Dead letters dropped, being beyond their share of the quota (storage.deadletter_share).")
+	mDeadBytes    = desc("queue_deadletter_bytes", "Bytes of undelivered dead letters in the outbound queue (queued since the start).")
+	mOverQuota    = desc("queue_over_quota_total", "Summaries written beyond storage.max_bytes under the backpressure policy, rather than dropped.")
 	mLost         = desc("queue_lost_total", "Records lost in damaged queue frames or undecodable.")
 	mFull         = desc("queue_full", "1 while the outbound queue is over its backpressure mark.")
 	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
@@ -77,8 +81,8 @@ var (
 )
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
-		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
+	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
+		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
@@ -121,6 +125,7 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mSockets, float64(g.Sockets))
 	counter(mSummaries, float64(g.Summaries))
 	gauge(mOpen, float64(g.OpenWindows))
+	gauge(mSeries, float64(g.Series))
 	gauge(mCached, float64(g.Retained))
 	gauge(mDevices, float64(g.Devices))
 	gauge(mSessions, float64(g.Sessions))
@@ -132,6 +137,9 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mEnqueued, float64(f.Enqueued))
 	counter(mDelivered, float64(f.Delivered))
 	counter(mDropped, float64(f.Dropped))
+	counter(mDeadDropped, float64(f.DeadLettersDropped))
+	gauge(mDeadBytes, float64(f.DeadLetterBytes))
+	counter(mOverQuota, float64(f.OverQuota))
 	counter(mLost, float64(f.Lost))
 	gauge(mFull, b2f(f.Full))
 	gauge(mLinkUp, b2f(f.LinkUp))

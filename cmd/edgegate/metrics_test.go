@@ -93,6 +93,11 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, want := range []string{
 		`edgegate_readings_total{outcome="aggregated"} 2`,
+		`edgegate_readings_total{outcome="too_many_series"} 0`,
+		`edgegate_series `,
+		`edgegate_queue_deadletters_dropped_total 0`,
+		`edgegate_queue_over_quota_total 0`,
+		`edgegate_queue_deadletter_bytes `,
 		`edgegate_payloads_rejected_total{reason="not_a_number"} 3`,
 		`edgegate_payloads_rejected_total{reason="invalid_json"} 0`,
 		`edgegate_publications_total 5`,
@@ -129,7 +134,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("status: %d %s", code, errb.String())
 	}
 	for _, want := range []string{"gateway   metrics-gw (edgegate dev), up ", "mqtt      1 clients, 5 publications, 0 duplicates ignored, 0 refused at the quota",
-		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 3 payloads refused", "kafka     link ", " 0 lost, 0 refused (set aside), "} {
+		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 0 over the series limits, 3 payloads refused", "kafka     link ", " 0 lost, 0 refused (set aside), "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("edgegate status lacks %q:\n%s", want, out.String())
 		}

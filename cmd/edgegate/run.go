@@ -162,6 +162,7 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		MaxRecordBytes:  int(cfg.Kafka.MaxRecordBytes),
 		RefusedMaxBytes: int64(cfg.Kafka.RefusedMaxBytes),
 		MaxBatchBytes:   int(cfg.Kafka.MaxBatchBytes),
+		DeadLetterShare: cfg.Storage.DeadLetterShare,
 		Logger:          log.With("component", "bridge"),
 	}, connect)
 	if err != nil {

@@ -81,9 +81,9 @@ func printStatus(w io.Writer, st status) {
 		refused = []string{"none"}
 	}
 	row("security", "refused: %s; %d publications throttled; %d sockets open", strings.Join(refused, ", "), m.Throttled, m.Sockets)
-	row("readings", "%d aggregated, %d late revisions, %d too late, %d future, %d evicted, %d invalid, %d payloads refused",
+	row("readings", "%d aggregated, %d late revisions, %d too late, %d future, %d evicted, %d invalid, %d over the series limits, %d payloads refused",
 		m.Outcomes["aggregated"], m.Outcomes["late_revised"], m.Outcomes["too_late"], m.Outcomes["future"],
-		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], dead)
+		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], m.Outcomes["too_many_series"], dead)
 	row("windows", "%d open, %d closed in memory, %d devices, %d summaries emitted", m.OpenWindows, m.Retained, m.Devices, m.Summaries)
 	link := "down"
 	if k.LinkUp {

@@ -134,9 +134,9 @@ func tableValue(t *testing.T, table, row string) float64 {
 
 // attackCounts counts what the attackers managed to do.
 type attackCounts struct {
-	mu                                           sync.Mutex
+	mu                                          sync.Mutex
 	pings, bombs, seriesBombs, sessions, floods int
-	connects                                     int
+	connects                                    int
 }
 
 func (c *attackCounts) add(f *int) { c.mu.Lock(); *f++; c.mu.Unlock() }

@@ -136,14 +136,14 @@ func (s *StateDB) Commit(cp []byte, agg *aggregate.Aggregator) (written, deleted
 		// first, as a bbolt cursor skips an entry when Next follows Delete.
 		horizon := map[string]int64{}
 		var latest int64 = math.MinInt64
-		agg.Horizons(func(dev, metric string, before int64) {
-			horizon[string(seriesKey(nil, dev, metric))] = before
+		agg.Horizons(func(dev string, before int64) {
+			horizon[string(appendString(nil, dev))] = before
 			latest = max(latest, before)
 		})
 		var expired [][]byte
 		c := b.Cursor()
 		for k, _ := c.First(); len(k) > 8 && startOf(k) < latest; k, _ = c.Next() {
-			if before, ok := horizon[string(k[8:])]; ok && startOf(k) < before {
+			if before, ok := horizon[string(deviceOf(k[8:]))]; ok && startOf(k) < before {
 				expired = append(expired, append([]byte(nil), k...))
 			}
 		}
@@ -194,6 +194,15 @@ func windowKey(b []byte, dev, metric string, start int64) []byte {
 func seriesKey(b []byte, dev, metric string) []byte {
 	b = appendString(b, dev)
 	return appendString(b, metric)
+}
+
+// deviceOf returns the device part of a series key (its length and name).
+func deviceOf(series []byte) []byte {
+	n, l := binary.Uvarint(series)
+	if l <= 0 || uint64(len(series)-l) < n {
+		return nil
+	}
+	return series[:l+int(n)]
 }
 
 func startOf(key []byte) int64 {

@@ -6,6 +6,8 @@
 package output
 
 import (
+	"encoding/hex"
+
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/summary"
@@ -29,6 +31,20 @@ func (o forwarder) DeadLetter(d gateway.DeadLetter, m gateway.Mark) {
 	if d.HasReading {
 		w.Metric, w.Unit, w.Time, w.Value = d.Reading.Metric, d.Reading.Unit, d.Reading.Time, d.Reading.Value
 	}
+	if d.Payload != nil {
+		w.PayloadBytes, w.PayloadSHA256 = d.PayloadBytes, hex.EncodeToString(d.PayloadSHA256[:])
+	}
+	for _, r := range d.Reasons {
+		w.Reasons = append(w.Reasons, summary.ReasonCount{Reason: r.Reason, Count: r.Count, Detail: r.Detail})
+	}
+	for _, it := range d.Items {
+		x := summary.Item{Reason: it.Reason, Item: it.Item, Detail: it.Detail, HasReading: it.HasReading}
+		if it.HasReading {
+			x.Metric, x.Unit, x.Time, x.Value = it.Reading.Metric, it.Reading.Unit, it.Reading.Time, it.Reading.Value
+		}
+		w.Items = append(w.Items, x)
+	}
+	w.ItemsTotal = d.ItemsTotal
 	o.f.DeadLetter(w, bridge.Mark(m))
 }
 
