@@ -233,7 +233,8 @@ func pause(ctx context.Context, d time.Duration) bool {
 }
 
 // pingFlood (1): a 3.1.1 client with keep alive 0 and a tiny receive
-// buffer publishes QoS 1, then sends PINGREQs without end and never reads.
+// buffer sends PINGREQs without end, a QoS 1 publication among every 512,
+// and never reads.
 func pingFlood(ctx context.Context, addr string, c *attackCounts) {
 	for ctx.Err() == nil {
 		conn := dial(ctx, addr, c, connectPacket(4, "atk-ping", true, 0), false)
@@ -241,11 +242,10 @@ func pingFlood(ctx context.Context, addr string, c *attackCounts) {
 			pause(ctx, 200*time.Millisecond)
 			continue
 		}
-		for i := range 5 {
-			conn.Write(publishPacket(4, "sensors/atk-ping/v", uint16(i+1), []byte("1")))
-		}
 		ping := bytes.Repeat([]byte{0xc0, 0x00}, 512)
-		for ctx.Err() == nil {
+		for pid := uint16(1); ctx.Err() == nil; pid = pid%60000 + 1 {
+			conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
+			conn.Write(publishPacket(4, "sensors/atk-ping/v", pid, []byte("1")))
 			conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
 			if _, err := conn.Write(ping); err != nil {
 				if ne, ok := err.(net.Error); ok && ne.Timeout() {
