@@ -117,7 +117,8 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
-	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: broker.WriteAcks})
+	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply,
+		Ack: func(acks []journal.PendingAck) { g.broker.WriteAcks(acks) }}) // the broker exists before Run
 	if g.broker, err = broker.New(o.Broker, g.j, g, log, now); err != nil {
 		g.closeFiles()
 		return nil, err

@@ -39,6 +39,9 @@ type clientInfo struct {
 	// mochi asks OnACLCheck(read) both for them and for every message it
 	// delivers to the client, with nothing else to tell the two apart.
 	subscribing atomic.Pointer[[]string]
+	// acks writes the PUBACKs the journal sends the client; it is the
+	// address the journal is given for them.
+	acks ackWriter
 }
 
 func (h *hook) ID() string { return "edgegate" }
@@ -116,6 +119,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		}
 		info = &clientInfo{identity: user, role: h.acl.role(user)}
 	}
+	info.acks.cl = cl
 	h.clients.Store(cl, info)
 	return true
 }
@@ -171,16 +175,11 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 // throttle holds a client's publication until its publish rate allows it.
 // The client's packets are not read meanwhile, so TCP flow control slows
 // it down; nothing is refused or lost.
-func (h *hook) throttle(cl *mqtt.Client) {
+func (h *hook) throttle(info *clientInfo) {
 	rate := h.b.opts.PublishRate
 	if rate <= 0 {
 		return
 	}
-	v, ok := h.clients.Load(cl)
-	if !ok {
-		return
-	}
-	info := v.(*clientInfo)
 	burst := max(1, int(rate))
 	if wait := info.publish.take(time.Now(), rate, burst); wait > 0 {
 		h.b.throttled.Add(1)
@@ -226,7 +225,12 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, nil
 	}
 	b := h.b
-	h.throttle(cl)
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return pk, packets.ErrRejectPacket // not authenticated: cannot happen
+	}
+	info := v.(*clientInfo)
+	h.throttle(info)
 	qos := pk.FixedHeader.Qos
 	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
 	if !b.in.ReadingTopic(pk.TopicName) {
@@ -257,11 +261,20 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		flags |= journal.FlagRetain
 	}
 	async := qos == 1 && !pk.FixedHeader.Retain && noSubscribers
-	batch, err := b.j.Publish(cl.ID, cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	if async {
+		info.acks.promise()
+	}
+	batch, err := b.j.Publish(cl.ID, &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
 		err = batch.Wait()
+		// mochi acknowledges this one: after the journal's PUBACKs of
+		// the client's earlier publications.
+		info.acks.waitWritten(b.opts.WriteTimeout)
 	}
 	if err != nil {
+		if async {
+			info.acks.broken()
+		}
 		// The journal failed or is closing: never acknowledge. The client
 		// keeps the publication and sends it again.
 		return pk, packets.ErrRejectPacket

@@ -1,0 +1,148 @@
+package gateway_test
+
+import (
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/packets"
+
+	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
+)
+
+// v3KeepAliveZero is a 3.1.1 CONNECT with a clean session and keep alive
+// 0: mochi then sets no deadline on the socket at all.
+func v3KeepAliveZero(id string) []byte {
+	body := append(mqttString("MQTT"), 4, 0x02, 0, 0)
+	return frame(0x10, append(body, mqttString(id)...))
+}
+
+// dialSmallReceiveBuffer connects with the smallest receive buffer the
+// kernel allows, so that what the gateway writes fills the socket at once.
+func dialSmallReceiveBuffer(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1024) })
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestClientThatNeverReads: a 3.1.1 client with keep alive 0 and a tiny
+// receive buffer sends QoS 1 publications among thousands of PINGREQs and
+// never reads. While its socket is full (and it is still connected), a
+// well-behaved device's PUBACKs keep coming within a second; the reader
+// is disconnected once a write to it has waited mqtt.write_timeout, and
+// counted as write_timeout.
+func TestClientThatNeverReads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("floods a socket with 800,000 PINGREQs")
+	}
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.WriteTimeout = configs.Duration(3 * time.Second)
+	// PUBACKs lag the reads by a batch, so that some of the attacker's are
+	// due once its socket is full.
+	cfg.Storage.FsyncInterval = configs.Duration(20 * time.Millisecond)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	addr := gw.Addr()
+
+	good, code := dialV5(t, dial(t, addr), "good", "", "")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	if rc := good.publish(1, "sensors/good/t", "1"); rc != 0 {
+		t.Fatalf("PUBACK %#x", rc)
+	}
+
+	attacker := dialSmallReceiveBuffer(t, addr)
+	attacker.Write(v3KeepAliveZero("never-reads"))
+	if f, err := readFrame(attacker); err != nil || len(f) != 3 || f[2] != 0 {
+		t.Fatalf("attacker CONNACK %x (%v)", f, err)
+	}
+	// Publications among PINGREQs, until the gateway stops reading: its
+	// PINGRESPs fill the socket (the kernel's send buffer grows to 4 MB
+	// first), and what it has sent stops growing.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer attacker.Close()
+	wg.Go(func() {
+		chunk := make([]byte, 0, 20_100)
+		for i := 0; ; i++ {
+			chunk = append(chunk[:0], v3Publish(uint16(i%60_000+1), "sensors/attacker/t", "1")...)
+			for range 10_000 {
+				chunk = append(chunk, 0xc0, 0) // PINGREQ
+			}
+			if _, err := attacker.Write(chunk); err != nil {
+				return // closed
+			}
+		}
+	})
+	last, since := gw.Stats().BytesOut, time.Now()
+	for deadline := time.Now().Add(90 * time.Second); time.Since(since) < 300*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway's writes to the attacker never stalled")
+		}
+		time.Sleep(10 * time.Millisecond)
+		if n := gw.Stats().BytesOut; n != last {
+			last, since = n, time.Now()
+		}
+	}
+	stalled := since
+	t.Logf("stalled after %d bytes out, %d publications", last, gw.Stats().Publishes)
+
+	// For a second, the good device publishes: every PUBACK within 1 s.
+	var worst time.Duration
+	n := 0
+	for pid := uint16(2); time.Since(stalled) < 1300*time.Millisecond; pid++ {
+		start := time.Now()
+		good.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: 2},
+			Content: &packets.Publish{QoS: 1, PacketID: pid, Topic: "sensors/good/t", Payload: []byte("1"), Properties: &packets.Properties{}}})
+		good.conn.SetReadDeadline(start.Add(time.Second))
+		cp, err := packets.ReadPacket(good.conn)
+		if err != nil {
+			t.Fatalf("good device, publication %d, %v after the attacker's socket filled: no PUBACK within 1 s (%v)", pid, start.Sub(stalled), err)
+		}
+		if ack, ok := cp.Content.(*packets.Puback); !ok || ack.PacketID != pid || ack.ReasonCode != 0 {
+			t.Fatalf("good device, publication %d: got %v", pid, cp)
+		}
+		worst = max(worst, time.Since(start))
+		n++
+	}
+	if st := gw.Stats(); st.Clients != 2 || st.MQTTRefused["write_timeout"] != 0 {
+		t.Fatalf("while measuring: %d clients, %d write timeouts; want the attacker still connected (2, 0)", st.Clients, st.MQTTRefused["write_timeout"])
+	}
+	t.Logf("good device: %d PUBACKs while the attacker's socket was full, slowest %v", n, worst)
+
+	// The attacker is disconnected once a write has waited write_timeout.
+	if got := refused(t, gw, "write_timeout", 1); got != 1 {
+		t.Errorf("write_timeout refusals %d, want 1", got)
+	}
+	if took := time.Since(stalled); took < 2900*time.Millisecond {
+		t.Errorf("attacker disconnected %v after its socket filled, before mqtt.write_timeout (3s)", took)
+	}
+	if !closed(attacker) {
+		t.Error("attacker still connected")
+	}
+	if rc := good.publish(1000, "sensors/good/t", "1"); rc != 0 {
+		t.Errorf("after the attacker left: PUBACK %#x", rc)
+	}
+	st := settled(t, gw, func(st gateway.Stats) bool { return st.Clients == 1 })
+	if st.Clients != 1 {
+		t.Errorf("%d clients connected, want the good device only", st.Clients)
+	}
+}
