@@ -1,8 +1,10 @@
 package gateway_test
 
 import (
+	"bytes"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -80,6 +82,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer attacker.Close()
+	var chunks atomic.Int64
 	wg.Go(func() {
 		chunk := make([]byte, 0, 20_100)
 		for i := 0; ; i++ {
@@ -90,25 +93,29 @@ func TestClientThatNeverReads(t *testing.T) {
 			if _, err := attacker.Write(chunk); err != nil {
 				return // closed
 			}
+			chunks.Add(1)
 		}
 	})
-	last, since := gw.Stats().BytesOut, time.Now()
-	for deadline := time.Now().Add(90 * time.Second); time.Since(since) < 300*time.Millisecond; {
+	// Stalled: for 500 ms the gateway has neither sent anything nor read
+	// another chunk.
+	progress := func() int64 { return gw.Stats().BytesOut + chunks.Load() }
+	last, since := progress(), time.Now()
+	for deadline := time.Now().Add(90 * time.Second); time.Since(since) < 500*time.Millisecond; {
 		if time.Now().After(deadline) {
 			t.Fatal("the gateway's writes to the attacker never stalled")
 		}
 		time.Sleep(10 * time.Millisecond)
-		if n := gw.Stats().BytesOut; n != last {
+		if n := progress(); n != last {
 			last, since = n, time.Now()
 		}
 	}
 	stalled := since
-	t.Logf("stalled after %d bytes out, %d publications", last, gw.Stats().Publishes)
+	t.Logf("stalled after %d bytes out, %d publications", gw.Stats().BytesOut, gw.Stats().Publishes)
 
 	// For a second, the good device publishes: every PUBACK within 1 s.
 	var worst time.Duration
 	n := 0
-	for pid := uint16(2); time.Since(stalled) < 1300*time.Millisecond; pid++ {
+	for pid := uint16(2); time.Since(stalled) < 1500*time.Millisecond; pid++ {
 		start := time.Now()
 		good.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: 2},
 			Content: &packets.Publish{QoS: 1, PacketID: pid, Topic: "sensors/good/t", Payload: []byte("1"), Properties: &packets.Properties{}}})
@@ -129,6 +136,9 @@ func TestClientThatNeverReads(t *testing.T) {
 	t.Logf("good device: %d PUBACKs while the attacker's socket was full, slowest %v", n, worst)
 
 	// The attacker is disconnected once a write has waited write_timeout.
+	for deadline := time.Now().Add(30 * time.Second); gw.Stats().MQTTRefused["write_timeout"] == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := refused(t, gw, "write_timeout", 1); got != 1 {
 		t.Errorf("write_timeout refusals %d, want 1", got)
 	}
@@ -144,5 +154,74 @@ func TestClientThatNeverReads(t *testing.T) {
 	st := settled(t, gw, func(st gateway.Stats) bool { return st.Clients == 1 })
 	if st.Clients != 1 {
 		t.Errorf("%d clients connected, want the good device only", st.Clients)
+	}
+}
+
+// TestPacketIDReuse: firmware with one publication in flight uses packet
+// id 1 for every reading. A DUP publication is a resend of the latest
+// publication with its packet id only: once a publication without DUP
+// has reused the id, a DUP with the content of an older one is a new
+// reading whose first copy was lost, not a duplicate.
+func TestPacketIDReuse(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	const topic = "sensors/dev-one/t"
+	c, _ := rawConnect(t, gw.Addr(), "dev-one", true)
+	c.publish(1, false, topic, "21.5") // reading A
+	c.publish(1, false, topic, "22")   // reading B: A was acknowledged
+	c.publish(1, true, topic, "21.5")  // reading C (first copy lost), resent
+	c.publish(1, true, topic, "21.5")  // C's PUBACK lost: resent again
+	c.publish(1, false, topic, "21.5") // reading D, the same value as C
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	st := settled(t, gw, func(st gateway.Stats) bool { return counted(st)+st.Duplicates >= 5 })
+	if counted(st) != 4 || st.Duplicates != 1 {
+		t.Errorf("counted %d readings, %d duplicates; want 4 (A, B, C, D), 1 (C's resend)", counted(st), st.Duplicates)
+	}
+}
+
+// TestReceiveMaximumQoS1: QoS 1 publications the journal acknowledges
+// count against mqtt.receive_maximum like those mochi acknowledges: the
+// ninth in flight with a receive maximum of 8 gets DISCONNECT 0x93, so a
+// client never has more in flight than the duplicate ring holds.
+func TestReceiveMaximumQoS1(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.ReceiveMaximum = 8
+	// The nine are read long before the next fsync: none is acknowledged.
+	cfg.Storage.FsyncInterval = configs.Duration(time.Second)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	c, code := dialV5(t, dial(t, gw.Addr()), "greedy-1", "", "")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	if rc := c.publish(1, "sensors/greedy-1/t", "1"); rc != 0 { // the journal has just synced
+		t.Fatalf("PUBACK %#x", rc)
+	}
+	var burst bytes.Buffer
+	for pid := uint16(2); pid <= 10; pid++ {
+		cp := &packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: 2},
+			Content: &packets.Publish{QoS: 1, PacketID: pid, Topic: "sensors/greedy-1/t", Payload: []byte("1"), Properties: &packets.Properties{}}}
+		if _, err := cp.WriteTo(&burst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.conn.Write(burst.Bytes())
+	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	cp, err := packets.ReadPacket(c.conn)
+	if err != nil {
+		t.Fatalf("want DISCONNECT 0x93, got %v", err)
+	}
+	if d, ok := cp.Content.(*packets.Disconnect); !ok || d.ReasonCode != 0x93 {
+		t.Fatalf("want DISCONNECT 0x93, got %v", cp)
+	}
+	if !closed(c.conn) {
+		t.Error("connection still open after DISCONNECT")
+	}
+	if got := refused(t, gw, "receive_maximum", 1); got != 1 {
+		t.Errorf("receive_maximum refusals %d, want 1", got)
 	}
 }

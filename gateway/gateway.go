@@ -300,7 +300,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 	case journal.KindPublish:
 		if e.Flags&journal.FlagQoSMask > 0 {
 			h := journal.ContentHash(e.Topic, e.Payload)
-			if e.Flags&journal.FlagDup != 0 && g.dup.Seen(e.Client, e.PID, h) {
+			if e.Flags&journal.FlagDup == 0 {
+				g.dup.Forget(e.Client, e.PID) // the id's earlier publication was acknowledged
+			} else if g.dup.Seen(e.Client, e.PID, h) {
 				g.duplicates.Add(1)
 				return
 			}

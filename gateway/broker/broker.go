@@ -342,9 +342,16 @@ func (b *Broker) WriteAcks(acks []journal.PendingAck) {
 	}
 }
 
-// ackWriter writes the PUBACKs the journal sends to one client.
+// ackWriter writes the PUBACKs the journal sends to one client, and counts
+// the client's QoS 1/2 publications in flight for mqtt.receive_maximum.
 type ackWriter struct {
 	cl *mqtt.Client
+
+	// inflight is the client's QoS 1/2 publications in flight as far as
+	// the client can tell: QoS 1 ones the journal is to acknowledge whose
+	// PUBACK is not yet written, and QoS 2 ones whose PUBREL has not come.
+	// (mochi counts only those it acknowledges itself.)
+	inflight atomic.Int32
 
 	mu        sync.Mutex
 	pending   []byte // PUBACKs to write, in journal order
@@ -356,6 +363,7 @@ type ackWriter struct {
 
 // promise counts a QoS 1 publication whose PUBACK the journal will send.
 func (w *ackWriter) promise() {
+	w.inflight.Add(1)
 	w.mu.Lock()
 	w.unwritten++
 	w.mu.Unlock()
@@ -363,6 +371,7 @@ func (w *ackWriter) promise() {
 
 // broken undoes promise for a publication the journal refused.
 func (w *ackWriter) broken() {
+	w.inflight.Add(-1)
 	w.sent(1)
 }
 
@@ -403,6 +412,9 @@ func (w *ackWriter) run() {
 // the connection: its unacknowledged publications are resent on
 // reconnect and recognised as duplicates.
 func (w *ackWriter) write(buf []byte, n int32) {
+	// The quota is freed before the client can see the PUBACKs, so that
+	// its next publication never finds it taken.
+	w.inflight.Add(-n)
 	defer w.sent(int(n))
 	cl := w.cl
 	cl.Lock()
@@ -449,5 +461,16 @@ func (w *ackWriter) waitWritten(d time.Duration) {
 	select {
 	case <-ch:
 	case <-t.C:
+	}
+}
+
+// released counts the end of a QoS 2 exchange, never below zero: those
+// restored at start were not counted.
+func (w *ackWriter) released() {
+	for {
+		n := w.inflight.Load()
+		if n <= 0 || w.inflight.CompareAndSwap(n, n-1) {
+			return
+		}
 	}
 }

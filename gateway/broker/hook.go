@@ -220,7 +220,7 @@ func (h *hook) forgetConn(c net.Conn) {
 // subscribed to anything, a publication that is not to be retained has
 // nowhere to go; saying so (CodeSuccessIgnore) spares mochi its subscriber
 // lookup, which allocates several maps per message.
-func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, err error) {
 	if cl.Net.Inline {
 		return pk, nil
 	}
@@ -232,6 +232,16 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	info := v.(*clientInfo)
 	h.throttle(info)
 	qos := pk.FixedHeader.Qos
+	if qos > 0 && int(info.acks.inflight.Load()) >= b.opts.ReceiveMaximum {
+		return pk, h.overReceiveMaximum(cl)
+	}
+	if qos == 2 {
+		defer func() {
+			if err == nil || errors.Is(err, packets.CodeSuccessIgnore) {
+				info.acks.inflight.Add(1) // mochi sends PUBREC: in flight until the PUBREL
+			}
+		}()
+	}
 	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
 	if !b.in.ReadingTopic(pk.TopicName) {
 		if !pk.FixedHeader.Retain && noSubscribers {
@@ -295,6 +305,27 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	return pk, nil
 }
 
+// overReceiveMaximum disconnects a client that sent a QoS 1/2 publication
+// with mqtt.receive_maximum others in flight (MQTT 5: DISCONNECT 0x93,
+// [MQTT-3.3.4-9]). mochi does so itself only for the publications it
+// acknowledges, not for those the journal does; the duplicate rings hold
+// receive_maximum publications per client, so one more in flight could be
+// counted twice when resent.
+func (h *hook) overReceiveMaximum(cl *mqtt.Client) error {
+	b := h.b
+	b.mqttRefused[RefusedReceiveMaximum].Add(1)
+	if ok, held := b.logLimiter.Allow("receive-max", b.now()); ok {
+		b.log.Warn("mqtt client disconnected: more QoS 1/2 publications in flight than mqtt.receive_maximum",
+			"client", cl.ID, "remote", cl.Net.Remote, "receive_maximum", b.opts.ReceiveMaximum, "suppressed_since_last", held)
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = b.server.DisconnectClient(cl, packets.ErrReceiveMaximum)
+	} else {
+		cl.Stop(packets.ErrReceiveMaximum) // 3.1.1 has no DISCONNECT from the server
+	}
+	return packets.ErrRejectPacket
+}
+
 // persistent reports whether cl's session outlives its connection.
 func persistent(cl *mqtt.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
@@ -339,6 +370,7 @@ func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
 func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
 		h.b.j.Pubrel(cl.ID, pk.PacketID)
+		h.released(cl)
 	}
 }
 
@@ -346,6 +378,14 @@ func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
 		h.b.j.Pubrel(cl.ID, pk.PacketID)
+		h.released(cl)
+	}
+}
+
+// released counts the end of a QoS 2 exchange of a connected client.
+func (h *hook) released(cl *mqtt.Client) {
+	if v, ok := h.clients.Load(cl); ok {
+		v.(*clientInfo).acks.released()
 	}
 }
 
