@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -223,5 +224,59 @@ func TestReceiveMaximumQoS1(t *testing.T) {
 	}
 	if got := refused(t, gw, "receive_maximum", 1); got != 1 {
 		t.Errorf("receive_maximum refusals %d, want 1", got)
+	}
+}
+
+// TestQoS2CompleteIsDurable: once a client has PUBCOMP, the end of its
+// QoS 2 exchange is on disk. The data directory copied at that moment is
+// what a crash then would leave; a gateway started on it must not hold
+// the exchange open, or the client's next QoS 2 publication with the same
+// packet id would get PUBREC ("in use"; a 3.1.1 client sees success)
+// without being journaled.
+func TestQoS2CompleteIsDurable(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	// The PUBREL comes well within a second of the publication's fsync.
+	cfg.Storage.FsyncInterval = configs.Duration(time.Second)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gw, stop := runGateway(t, cfg)
+	defer func() { stop() }()
+	const topic = "sensors/dev-q2c/t"
+	publish := func(c *rawClient, payload string) {
+		t.Helper()
+		pub := packets.NewControlPacket(packets.PUBLISH)
+		pub.Content = &packets.Publish{QoS: 2, PacketID: 5, Topic: topic, Payload: []byte(payload), Properties: &packets.Properties{}}
+		c.send(pub)
+		if rc := c.expect(packets.PUBREC, 5); rc != 0 {
+			t.Fatalf("PUBREC reason %#x", rc)
+		}
+		rel := packets.NewControlPacket(packets.PUBREL)
+		rel.Content = &packets.Pubrel{PacketID: 5, Properties: &packets.Properties{}}
+		c.send(rel)
+		if rc := c.expect(packets.PUBCOMP, 5); rc != 0 {
+			t.Fatalf("PUBCOMP reason %#x", rc)
+		}
+	}
+	c, _ := rawConnect(t, gw.Addr(), "dev-q2c", true)
+	publish(c, "7")
+	// The crash, as the client has its PUBCOMP: what is on disk now.
+	crashed := t.TempDir()
+	if err := os.CopyFS(crashed, os.DirFS(cfg.Gateway.DataDir)); err != nil {
+		t.Fatal(err)
+	}
+	c.conn.Close()
+	stop()
+
+	cfg.Gateway.DataDir = crashed
+	gw, stop = runGateway(t, cfg)
+	c, present := rawConnect(t, gw.Addr(), "dev-q2c", false)
+	if !present {
+		t.Fatal("session not present after the crash")
+	}
+	publish(c, "8") // a new reading, packet id 5 again
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	if st := settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 2 }); counted(st) != 2 {
+		t.Errorf("counted %d readings (all time), want 2: the one before the crash and the one after", counted(st))
 	}
 }

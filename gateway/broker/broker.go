@@ -38,7 +38,9 @@ type Journal interface {
 	SessionEnd(client string) error
 	Subscribe(client, filter string, s journal.Subscription) error
 	Unsubscribe(client, filter string) error
-	Pubrel(client string, pid uint16) error
+	// Pubrel journals the end of a QoS 2 exchange; PUBCOMP waits for the
+	// batch to be durable.
+	Pubrel(client string, pid uint16) (*journal.Batch, error)
 }
 
 // Ingest is what the broker asks of the rest of the gateway.

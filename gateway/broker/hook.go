@@ -49,7 +49,7 @@ func (h *hook) ID() string { return "edgegate" }
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
-		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages,
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages, mqtt.OnPacketRead,
 		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
 }
 
@@ -364,12 +364,36 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 // connection and has now expired.
 func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
 
-// OnQosComplete journals the end of a QoS 2 exchange a client began (its
-// PUBREL was answered). Completions of the broker's own deliveries are
-// not state.
+// OnPacketRead journals the end of a QoS 2 exchange a client began, as
+// its PUBREL is read, and waits until that is durable: mochi sends
+// PUBCOMP once this returns, and the client may then reuse the packet id.
+// Journaled after the PUBCOMP, a crash in between would restore the
+// exchange, and the client's next QoS 2 publication with that id would get
+// PUBREC ("in use"; a 3.1.1 client sees success) without being journaled.
+// Only the client's own goroutine waits. If the journal fails, the
+// connection ends without PUBCOMP and the client sends the PUBREL again.
+func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Pubrel || cl.Net.Inline {
+		return pk, nil
+	}
+	if pki, ok := cl.State.Inflight.Get(pk.PacketID); !ok || pki.FixedHeader.Type != packets.Pubrec {
+		return pk, nil // not an exchange of ours: mochi answers 0x92
+	}
+	batch, err := h.b.j.Pubrel(cl.ID, pk.PacketID)
+	if err == nil {
+		err = batch.Wait()
+	}
+	if err != nil {
+		return pk, fmt.Errorf("journal pubrel: %w", err)
+	}
+	return pk, nil
+}
+
+// OnQosComplete counts the end of a QoS 2 exchange a client began (its
+// PUBREL was answered; journaled by OnPacketRead). Completions of the
+// broker's own deliveries are not state.
 func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.b.j.Pubrel(cl.ID, pk.PacketID)
 		h.released(cl)
 	}
 }
@@ -377,7 +401,6 @@ func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 // OnQosDropped: a PUBREL with an error reason ends the exchange too.
 func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.b.j.Pubrel(cl.ID, pk.PacketID)
 		h.released(cl)
 	}
 }
