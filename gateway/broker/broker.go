@@ -415,7 +415,10 @@ func (w *ackWriter) run() {
 // reconnect and recognised as duplicates.
 func (w *ackWriter) write(buf []byte, n int32) {
 	// The quota is freed before the client can see the PUBACKs, so that
-	// its next publication never finds it taken.
+	// its next publication never finds it taken. (A client that keeps
+	// publishing while it does not read could so have another
+	// receive_maximum in flight until this write times out: only its own
+	// resends can then be miscounted.)
 	w.inflight.Add(-n)
 	defer w.sent(int(n))
 	cl := w.cl
