@@ -280,3 +280,45 @@ func TestQoS2CompleteIsDurable(t *testing.T) {
 		t.Errorf("counted %d readings (all time), want 2: the one before the crash and the one after", counted(st))
 	}
 }
+
+// TestQoS2NewPublicationEndsStaleExchange: a QoS 2 publication without DUP
+// that reuses the packet id of an exchange the gateway still holds open
+// (its PUBREL never came, or the exchange was restored stale) is a new
+// publication: the client has moved on. It is journaled and counted,
+// where mochi would answer PUBREC "packet identifier in use" (success to
+// a 3.1.1 client) and drop it.
+func TestQoS2NewPublicationEndsStaleExchange(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	const topic = "sensors/dev-q2s/t"
+	pub := func(payload string) *packets.ControlPacket {
+		cp := packets.NewControlPacket(packets.PUBLISH)
+		cp.Content = &packets.Publish{QoS: 2, PacketID: 6, Topic: topic, Payload: []byte(payload), Properties: &packets.Properties{}}
+		return cp
+	}
+	c, _ := rawConnect(t, gw.Addr(), "dev-q2s", true)
+	c.send(pub("1"))
+	if rc := c.expect(packets.PUBREC, 6); rc != 0 {
+		t.Fatalf("PUBREC reason %#x", rc)
+	}
+	c.conn.Close() // no PUBREL
+	c, _ = rawConnect(t, gw.Addr(), "dev-q2s", false)
+	if rc := c.expect(packets.PUBREC, 6); rc != 0 { // resent on resume
+		t.Fatalf("resent PUBREC reason %#x", rc)
+	}
+	c.send(pub("2")) // no DUP: a new publication
+	if rc := c.expect(packets.PUBREC, 6); rc != 0 {
+		t.Fatalf("new publication with packet id 6: PUBREC reason %#x, want success", rc)
+	}
+	rel := packets.NewControlPacket(packets.PUBREL)
+	rel.Content = &packets.Pubrel{PacketID: 6, Properties: &packets.Properties{}}
+	c.send(rel)
+	if rc := c.expect(packets.PUBCOMP, 6); rc != 0 {
+		t.Errorf("PUBCOMP reason %#x", rc)
+	}
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	if st := settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 2 }); counted(st) != 2 {
+		t.Errorf("counted %d readings, want 2", counted(st))
+	}
+}

@@ -372,19 +372,42 @@ func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
 // PUBREC ("in use"; a 3.1.1 client sees success) without being journaled.
 // Only the client's own goroutine waits. If the journal fails, the
 // connection ends without PUBCOMP and the client sends the PUBREL again.
+//
+// A QoS 2 PUBLISH without DUP whose packet id is that of an exchange held
+// open ends that exchange first: a client resends only with DUP
+// [MQTT-3.3.1-1] and reuses an id only after PUBCOMP, so the exchange is
+// stale (restored by an older gateway, or its PUBREL was lost with the
+// connection) and this is a new publication; mochi would answer it with
+// PUBREC "in use" without OnPublish, and it would never be journaled. The
+// end is journaled before the publication, in the same or an earlier
+// batch, so its PUBREC waits for both.
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
-	if pk.FixedHeader.Type != packets.Pubrel || cl.Net.Inline {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	switch pk.FixedHeader.Type {
+	case packets.Pubrel:
+	case packets.Publish:
+		if pk.FixedHeader.Qos != 2 || pk.FixedHeader.Dup {
+			return pk, nil
+		}
+	default:
 		return pk, nil
 	}
 	if pki, ok := cl.State.Inflight.Get(pk.PacketID); !ok || pki.FixedHeader.Type != packets.Pubrec {
-		return pk, nil // not an exchange of ours: mochi answers 0x92
+		return pk, nil // not an exchange of ours: mochi answers a PUBREL with 0x92
 	}
 	batch, err := h.b.j.Pubrel(cl.ID, pk.PacketID)
-	if err == nil {
+	if err == nil && pk.FixedHeader.Type == packets.Pubrel {
 		err = batch.Wait()
 	}
 	if err != nil {
 		return pk, fmt.Errorf("journal pubrel: %w", err)
+	}
+	if pk.FixedHeader.Type == packets.Publish && cl.State.Inflight.Delete(pk.PacketID) {
+		atomic.AddInt64(&h.b.server.Info.Inflight, -1)
+		cl.State.Inflight.IncreaseReceiveQuota()
+		h.released(cl)
 	}
 	return pk, nil
 }
