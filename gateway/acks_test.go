@@ -322,3 +322,39 @@ func TestQoS2NewPublicationEndsStaleExchange(t *testing.T) {
 		t.Errorf("counted %d readings, want 2", counted(st))
 	}
 }
+
+// TestPubackOrder: a client's PUBACKs follow the order of its
+// publications [MQTT-4.6.0-2], whether the journal writes them (QoS 1,
+// not retained) or mochi does (retained: it stores the message first).
+func TestPubackOrder(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	c, code := dialV5(t, dial(t, gw.Addr()), "orderly", "", "")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	pid := uint16(0)
+	for round := range 50 {
+		var burst bytes.Buffer
+		for i := range 4 {
+			pid++
+			flags := byte(2)
+			if i == 3 {
+				flags |= 1 // retained: acknowledged by mochi
+			}
+			cp := &packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: flags},
+				Content: &packets.Publish{QoS: 1, Retain: flags&1 != 0, PacketID: pid, Topic: "sensors/orderly/t", Payload: []byte("1"), Properties: &packets.Properties{}}}
+			if _, err := cp.WriteTo(&burst); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.conn.Write(burst.Bytes())
+		for want := pid - 3; want <= pid; want++ {
+			ack, ok := c.read().Content.(*packets.Puback)
+			if !ok || ack.PacketID != want {
+				t.Fatalf("round %d: got %v, want PUBACK %d", round, ack, want)
+			}
+		}
+	}
+}
