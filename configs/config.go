@@ -134,6 +134,7 @@ type MQTT struct {
 	ConnectRateExempt []string `yaml:"connect_rate_exempt"`
 	PublishRate       float64  `yaml:"publish_rate_per_client"`
 	MaxKeepAlive      Duration `yaml:"max_keep_alive"`
+	WriteTimeout      Duration `yaml:"write_timeout"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -402,6 +403,7 @@ func Default() Config {
 			ConnectRateExempt: []string{"127.0.0.0/8", "::1/128"},
 			PublishRate:       1000,
 			MaxKeepAlive:      Duration(10 * time.Minute),
+			WriteTimeout:      Duration(10 * time.Second),
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -870,6 +872,9 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	if d := m.MaxKeepAlive.D(); d < time.Second || d > 18*time.Hour {
 		add("mqtt.max_keep_alive", "%s is out of range; use 1s to 18h (MQTT's keep alive is at most 65535 s)", d)
+	}
+	if d := m.WriteTimeout.D(); d < 100*time.Millisecond || d > 5*time.Minute {
+		add("mqtt.write_timeout", "%s is out of range; use 100ms to 5m (a client that takes longer to accept one write is disconnected)", d)
 	}
 	if m.ConnectRate < 0 {
 		add("mqtt.connect_rate_per_address", "%g is negative; use 0 (no limit) or connections per second", m.ConnectRate)

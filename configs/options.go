@@ -57,6 +57,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			ConnectRateExempt: m.ConnectRateExempt,
 			PublishRate:       m.PublishRate,
 			MaxKeepAlive:      m.MaxKeepAlive.D(),
+			WriteTimeout:      m.WriteTimeout.D(),
 		},
 		Sensors: ss,
 		OpenBus: openBus,

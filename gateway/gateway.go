@@ -111,7 +111,7 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
-	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: broker.WriteAcks})
+	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: g.broker.WriteAcks})
 	if err := g.broker.Listen(g.j); err != nil {
 		g.closeFiles()
 		return nil, err
@@ -296,7 +296,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 	case journal.KindPublish:
 		if e.Flags&journal.FlagQoSMask > 0 {
 			h := journal.ContentHash(e.Topic, e.Payload)
-			if e.Flags&journal.FlagDup != 0 && g.dup.Seen(e.Client, e.PID, h) {
+			if e.Flags&journal.FlagDup == 0 {
+				g.dup.Forget(e.Client, e.PID) // the id's earlier publication was acknowledged
+			} else if g.dup.Seen(e.Client, e.PID, h) {
 				g.duplicates.Add(1)
 				return
 			}

@@ -102,6 +102,8 @@ func TestMetrics(t *testing.T) {
 		`edgegate_payloads_rejected_total{reason="invalid_json"} 0`,
 		`edgegate_publications_total 5`,
 		`edgegate_quota_refused_total 0`,
+		`edgegate_mqtt_refused_total{reason="write_timeout"} 0`,
+		`edgegate_mqtt_refused_total{reason="receive_maximum"} 0`,
 		`edgegate_mqtt_clients_connected 1`,
 		`edgegate_journal_fsync_seconds_count `,
 		`edgegate_device_last_seen_age_seconds{device="m-dev"} `,

@@ -16,6 +16,7 @@ package broker
 import (
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,13 +32,15 @@ import (
 // life of persistent sessions. *journal.Journal implements it.
 type Journal interface {
 	// Publish journals a publication; with ack set, the journal sends the
-	// PUBACK (through WriteAcks) once it is durable.
+	// PUBACK (through Broker.WriteAcks, to ackTo) once it is durable.
 	Publish(client string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
 	SessionStart(client string, s journal.Session) error
 	SessionEnd(client string) error
 	Subscribe(client, filter string, s journal.Subscription) error
 	Unsubscribe(client, filter string) error
-	Pubrel(client string, pid uint16) error
+	// Pubrel journals the end of a QoS 2 exchange; PUBCOMP waits for the
+	// batch to be durable.
+	Pubrel(client string, pid uint16) (*journal.Batch, error)
 }
 
 // Ingest is what the broker asks of the rest of the gateway.
@@ -80,6 +83,9 @@ type Options struct {
 	ConnectRateExempt []string // CIDR prefixes
 	PublishRate       float64  // publications per second per client; 0: no limit
 	MaxKeepAlive      time.Duration
+	// WriteTimeout bounds every write to a client socket; a client that
+	// does not take one within it is disconnected. Required.
+	WriteTimeout time.Duration
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -129,6 +135,10 @@ type Broker struct {
 	connsOpen   atomic.Int64  // sockets open, CONNECT sent or not
 	throttled   atomic.Uint64 // publications held back by PublishRate
 	quota       atomic.Uint64 // QoS 1/2 publications refused because the output was full
+
+	ackMu  sync.Mutex     // guards closed and adding to ackers
+	closed bool           // Close was called: no more PUBACK writers
+	ackers sync.WaitGroup // the clients' PUBACK writers (ackWriter.run)
 }
 
 // New creates the broker: it reads the users file, compiles the ACLs and
@@ -137,6 +147,9 @@ type Broker struct {
 func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker, error) {
 	if now == nil {
 		now = time.Now
+	}
+	if o.WriteTimeout <= 0 {
+		return nil, fmt.Errorf("mqtt.write_timeout: %s is not positive", o.WriteTimeout)
 	}
 	b := &Broker{opts: o, log: log, now: now, in: in}
 	b.logLimiter.Every = 10 * time.Second
@@ -232,8 +245,16 @@ func (b *Broker) Serve(r Restored) error {
 	return nil
 }
 
-// Close disconnects every client and closes the listeners.
-func (b *Broker) Close() error { return b.server.Close() }
+// Close disconnects every client, closes the listeners and waits for the
+// PUBACK writers to stop (at most mqtt.write_timeout).
+func (b *Broker) Close() error {
+	err := b.server.Close()
+	b.ackMu.Lock()
+	b.closed = true
+	b.ackMu.Unlock()
+	b.ackers.Wait()
+	return err
+}
 
 // Publish publishes a message from the broker itself (the gateway's own
 // sensor readings) to local subscribers. The hook does not journal it.
@@ -305,39 +326,165 @@ func (b *Broker) Stats() Stats {
 }
 
 // WriteAcks sends the PUBACKs of a durable journal batch (the journal's
-// acker calls it), one write per client. A PUBACK with reason Success and
-// no properties is four bytes in MQTT 3.1.1 and 5 alike. The write is made
-// under the client's lock, as mochi's own writes are, with a deadline so
-// that one client that stopped reading cannot hold up the others; such a
-// client is disconnected (its unacknowledged publications are resent on
-// reconnect and recognised as duplicates).
-func WriteAcks(acks []journal.PendingAck) {
-	byClient := map[*mqtt.Client][]byte{}
-	var order []*mqtt.Client
+// acker calls it). It never waits for a client: each client's PUBACKs are
+// appended to its ackWriter, in journal order, and written by that
+// client's writer goroutine (at most one at a time per client), so a
+// client that stops reading holds up only its own PUBACKs, until
+// mqtt.write_timeout disconnects it. After Close the PUBACKs are dropped:
+// their clients are gone and resend on reconnect.
+func (b *Broker) WriteAcks(acks []journal.PendingAck) {
+	var start []*ackWriter
 	for _, a := range acks {
-		cl := a.To.(*mqtt.Client)
-		b, ok := byClient[cl]
-		if !ok {
-			order = append(order, cl)
+		w := a.To.(*ackWriter)
+		if w.add(a.PID) {
+			start = append(start, w)
 		}
-		byClient[cl] = append(b, 0x40, 0x02, byte(a.PID>>8), byte(a.PID))
 	}
-	for _, cl := range order {
-		if err := writeRaw(cl, byClient[cl]); err != nil {
-			cl.Stop(fmt.Errorf("write puback: %w", err))
-		}
+	if len(start) == 0 {
+		return
+	}
+	b.ackMu.Lock()
+	defer b.ackMu.Unlock()
+	if b.closed {
+		return
+	}
+	for _, w := range start {
+		b.ackers.Go(w.run)
 	}
 }
 
-func writeRaw(cl *mqtt.Client, b []byte) error {
-	cl.Lock()
-	defer cl.Unlock()
-	if cl.Closed() || cl.Net.Conn == nil {
-		return nil // gone: the client resends on reconnect
+// ackWriter writes the PUBACKs the journal sends to one client, and counts
+// the client's QoS 1/2 publications in flight for mqtt.receive_maximum.
+type ackWriter struct {
+	cl *mqtt.Client
+
+	// inflight is the client's QoS 1/2 publications in flight as far as
+	// the client can tell: QoS 1 ones the journal is to acknowledge whose
+	// PUBACK is not yet written, and QoS 2 ones whose PUBREL has not come.
+	// (mochi counts only those it acknowledges itself.)
+	inflight atomic.Int32
+
+	mu        sync.Mutex
+	pending   []byte // PUBACKs to write, in journal order
+	n         int32  // PUBACKs in pending
+	running   bool   // a writer goroutine owns pending
+	unwritten int    // PUBACKs promised (OnPublish) and not yet written or dropped
+	drained   chan struct{}
+}
+
+// promise counts a QoS 1 publication whose PUBACK the journal will send.
+func (w *ackWriter) promise() {
+	w.inflight.Add(1)
+	w.mu.Lock()
+	w.unwritten++
+	w.mu.Unlock()
+}
+
+// broken undoes promise for a publication the journal refused.
+func (w *ackWriter) broken() {
+	w.inflight.Add(-1)
+	w.sent(1)
+}
+
+// add queues a PUBACK and reports whether a writer must be started.
+func (w *ackWriter) add(pid uint16) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// A PUBACK with reason Success and no properties is four bytes in
+	// MQTT 3.1.1 and 5 alike.
+	w.pending = append(w.pending, 0x40, 0x02, byte(pid>>8), byte(pid))
+	w.n++
+	if w.running {
+		return false
 	}
-	conn := cl.Net.Conn
-	conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	_, err := conn.Write(b)
-	conn.SetWriteDeadline(time.Time{})
-	return err
+	w.running = true
+	return true
+}
+
+// run writes what is pending until nothing is.
+func (w *ackWriter) run() {
+	var buf []byte
+	for {
+		w.mu.Lock()
+		n := w.n
+		if n == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		buf, w.pending, w.n = w.pending, buf[:0], 0
+		w.mu.Unlock()
+		w.write(buf, n)
+	}
+}
+
+// write writes n PUBACKs under the client's lock, as mochi's own writes
+// are (the connection's deadline bounds the wait). A failed write ends
+// the connection: its unacknowledged publications are resent on
+// reconnect and recognised as duplicates.
+func (w *ackWriter) write(buf []byte, n int32) {
+	// The quota is freed before the client can see the PUBACKs, so that
+	// its next publication never finds it taken. (A client that keeps
+	// publishing while it does not read could so have another
+	// receive_maximum in flight until this write times out: only its own
+	// resends can then be miscounted.)
+	w.inflight.Add(-n)
+	defer w.sent(int(n))
+	cl := w.cl
+	cl.Lock()
+	if cl.Closed() || cl.Net.Conn == nil {
+		cl.Unlock()
+		return // gone: the client resends on reconnect
+	}
+	_, err := cl.Net.Conn.Write(buf)
+	cl.Unlock()
+	if err != nil {
+		cl.Stop(fmt.Errorf("write puback: %w", err))
+	}
+}
+
+// sent counts n promised PUBACKs as written (or dropped).
+func (w *ackWriter) sent(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.unwritten -= n
+	if w.unwritten <= 0 && w.drained != nil {
+		close(w.drained)
+		w.drained = nil
+	}
+}
+
+// waitWritten waits, at most d, until the PUBACKs promised so far are
+// written: mochi acknowledges the publications the journal does not
+// (QoS 1 routed or retained), and a client's PUBACKs must go out in the
+// order of its publications [MQTT-4.6.0-2]. Only the client's own
+// goroutine waits.
+func (w *ackWriter) waitWritten(d time.Duration) {
+	w.mu.Lock()
+	if w.unwritten <= 0 {
+		w.mu.Unlock()
+		return
+	}
+	if w.drained == nil {
+		w.drained = make(chan struct{})
+	}
+	ch := w.drained
+	w.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// released counts the end of a QoS 2 exchange, never below zero: those
+// restored at start were not counted.
+func (w *ackWriter) released() {
+	for {
+		n := w.inflight.Load()
+		if n <= 0 || w.inflight.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
 }

@@ -40,6 +40,9 @@ type clientInfo struct {
 	// mochi asks OnACLCheck(read) both for them and for every message it
 	// delivers to the client, with nothing else to tell the two apart.
 	subscribing atomic.Pointer[[]string]
+	// acks writes the PUBACKs the journal sends the client; it is the
+	// address the journal is given for them.
+	acks ackWriter
 }
 
 func (h *hook) ID() string { return "edgegate" }
@@ -47,7 +50,7 @@ func (h *hook) ID() string { return "edgegate" }
 func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
-		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages,
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages, mqtt.OnPacketRead,
 		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
 }
 
@@ -117,6 +120,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		}
 		info = &clientInfo{identity: user, role: h.acl.role(user)}
 	}
+	info.acks.cl = cl
 	h.clients.Store(cl, info)
 	return true
 }
@@ -172,16 +176,11 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 // throttle holds a client's publication until its publish rate allows it.
 // The client's packets are not read meanwhile, so TCP flow control slows
 // it down; nothing is refused or lost.
-func (h *hook) throttle(cl *mqtt.Client) {
+func (h *hook) throttle(info *clientInfo) {
 	rate := h.b.opts.PublishRate
 	if rate <= 0 {
 		return
 	}
-	v, ok := h.clients.Load(cl)
-	if !ok {
-		return
-	}
-	info := v.(*clientInfo)
 	burst := max(1, int(rate))
 	if wait := info.publish.take(time.Now(), rate, burst); wait > 0 {
 		h.b.throttled.Add(1)
@@ -222,13 +221,28 @@ func (h *hook) forgetConn(c net.Conn) {
 // subscribed to anything, a publication that is not to be retained has
 // nowhere to go; saying so (CodeSuccessIgnore) spares mochi its subscriber
 // lookup, which allocates several maps per message.
-func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, err error) {
 	if cl.Net.Inline {
 		return pk, nil
 	}
 	b := h.b
-	h.throttle(cl)
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return pk, packets.ErrRejectPacket // not authenticated: cannot happen
+	}
+	info := v.(*clientInfo)
+	h.throttle(info)
 	qos := pk.FixedHeader.Qos
+	if qos > 0 && int(info.acks.inflight.Load()) >= b.opts.ReceiveMaximum {
+		return pk, h.overReceiveMaximum(cl)
+	}
+	if qos == 2 {
+		defer func() {
+			if err == nil || errors.Is(err, packets.CodeSuccessIgnore) {
+				info.acks.inflight.Add(1) // mochi sends PUBREC: in flight until the PUBREL
+			}
+		}()
+	}
 	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
 	if !b.in.ReadingTopic(pk.TopicName) {
 		if !pk.FixedHeader.Retain && noSubscribers {
@@ -258,11 +272,20 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		flags |= journal.FlagRetain
 	}
 	async := qos == 1 && !pk.FixedHeader.Retain && noSubscribers
-	batch, err := b.j.Publish(cl.ID, cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	if async {
+		info.acks.promise()
+	}
+	batch, err := b.j.Publish(cl.ID, &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
 		err = batch.Wait()
+		// mochi acknowledges this one: after the journal's PUBACKs of
+		// the client's earlier publications.
+		info.acks.waitWritten(b.opts.WriteTimeout)
 	}
 	if err != nil {
+		if async {
+			info.acks.broken()
+		}
 		// The journal failed or is closing: never acknowledge. The client
 		// keeps the publication and sends it again.
 		return pk, packets.ErrRejectPacket
@@ -281,6 +304,27 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.CodeSuccessIgnore
 	}
 	return pk, nil
+}
+
+// overReceiveMaximum disconnects a client that sent a QoS 1/2 publication
+// with mqtt.receive_maximum others in flight (MQTT 5: DISCONNECT 0x93,
+// [MQTT-3.3.4-9]). mochi does so itself only for the publications it
+// acknowledges, not for those the journal does; the duplicate rings hold
+// receive_maximum publications per client, so one more in flight could be
+// counted twice when resent.
+func (h *hook) overReceiveMaximum(cl *mqtt.Client) error {
+	b := h.b
+	b.mqttRefused[RefusedReceiveMaximum].Add(1)
+	if ok, held := b.logLimiter.Allow("receive-max", b.now()); ok {
+		b.log.Warn("mqtt client disconnected: more QoS 1/2 publications in flight than mqtt.receive_maximum",
+			"client", cl.ID, "remote", cl.Net.Remote, "receive_maximum", b.opts.ReceiveMaximum, "suppressed_since_last", held)
+	}
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = b.server.DisconnectClient(cl, packets.ErrReceiveMaximum)
+	} else {
+		cl.Stop(packets.ErrReceiveMaximum) // 3.1.1 has no DISCONNECT from the server
+	}
+	return packets.ErrRejectPacket
 }
 
 // persistent reports whether cl's session outlives its connection.
@@ -321,19 +365,74 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 // connection and has now expired.
 func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
 
-// OnQosComplete journals the end of a QoS 2 exchange a client began (its
-// PUBREL was answered). Completions of the broker's own deliveries are
-// not state.
+// OnPacketRead journals the end of a QoS 2 exchange a client began, as
+// its PUBREL is read, and waits until that is durable: mochi sends
+// PUBCOMP once this returns, and the client may then reuse the packet id.
+// Journaled after the PUBCOMP, a crash in between would restore the
+// exchange, and the client's next QoS 2 publication with that id would get
+// PUBREC ("in use"; a 3.1.1 client sees success) without being journaled.
+// Only the client's own goroutine waits. If the journal fails, the
+// connection ends without PUBCOMP and the client sends the PUBREL again.
+//
+// A QoS 2 PUBLISH without DUP whose packet id is that of an exchange held
+// open ends that exchange first: a client resends only with DUP
+// [MQTT-3.3.1-1] and reuses an id only after PUBCOMP, so the exchange is
+// stale (restored by an older gateway, or its PUBREL was lost with the
+// connection) and this is a new publication; mochi would answer it with
+// PUBREC "in use" without OnPublish, and it would never be journaled. The
+// end is journaled before the publication, in the same or an earlier
+// batch, so its PUBREC waits for both.
+func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil
+	}
+	switch pk.FixedHeader.Type {
+	case packets.Pubrel:
+	case packets.Publish:
+		if pk.FixedHeader.Qos != 2 || pk.FixedHeader.Dup {
+			return pk, nil
+		}
+	default:
+		return pk, nil
+	}
+	if pki, ok := cl.State.Inflight.Get(pk.PacketID); !ok || pki.FixedHeader.Type != packets.Pubrec {
+		return pk, nil // not an exchange of ours: mochi answers a PUBREL with 0x92
+	}
+	batch, err := h.b.j.Pubrel(cl.ID, pk.PacketID)
+	if err == nil && pk.FixedHeader.Type == packets.Pubrel {
+		err = batch.Wait()
+	}
+	if err != nil {
+		return pk, fmt.Errorf("journal pubrel: %w", err)
+	}
+	if pk.FixedHeader.Type == packets.Publish && cl.State.Inflight.Delete(pk.PacketID) {
+		atomic.AddInt64(&h.b.server.Info.Inflight, -1)
+		cl.State.Inflight.IncreaseReceiveQuota()
+		h.released(cl)
+	}
+	return pk, nil
+}
+
+// OnQosComplete counts the end of a QoS 2 exchange a client began (its
+// PUBREL was answered; journaled by OnPacketRead). Completions of the
+// broker's own deliveries are not state.
 func (h *hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.b.j.Pubrel(cl.ID, pk.PacketID)
+		h.released(cl)
 	}
 }
 
 // OnQosDropped: a PUBREL with an error reason ends the exchange too.
 func (h *hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if pk.FixedHeader.Type == packets.Pubrel && !cl.Net.Inline {
-		h.b.j.Pubrel(cl.ID, pk.PacketID)
+		h.released(cl)
+	}
+}
+
+// released counts the end of a QoS 2 exchange of a connected client.
+func (h *hook) released(cl *mqtt.Client) {
+	if v, ok := h.clients.Load(cl); ok {
+		v.(*clientInfo).acks.released()
 	}
 }
 

@@ -40,12 +40,13 @@ const (
 	RefusedMalformed                        // malformed or protocol-violating packet
 	RefusedPanic                            // the packet decoder panicked; the connection was closed
 	RefusedTLSHandshake                     // TLS handshake failed: old version, unknown client CA, not TLS
+	RefusedWriteTimeout                     // disconnected: a write waited mqtt.write_timeout (the client does not read)
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
-	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake"}
+	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 
@@ -96,6 +97,10 @@ func classify(err error) (Refusal, bool) {
 //
 //   - must send its CONNECT within mqtt.connect_timeout (mochi itself has no
 //     deadline before CONNECT, so a silent socket would be held forever);
+//   - has every write bounded by mqtt.write_timeout (deadlineConn): mochi
+//     writes under the client's lock with no deadline of its own (none at
+//     all with keep alive 0), so a client that stops reading would hold
+//     its lock, and everyone waiting on it, forever;
 //   - has its end classified and counted;
 //   - cannot take the process down: a panic in mochi's packet decoders
 //     (mochi-mqtt/server#501: a truncated MQTT 5 SUBSCRIBE indexes past
@@ -113,13 +118,14 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 		defer b.connsOpen.Add(-1)
 		start := time.Now()
 		_ = c.SetDeadline(start.Add(b.opts.ConnectTimeout))
+		conn := c // what mochi was given
 		defer func() {
 			if r := recover(); r != nil {
 				b.mqttRefused[RefusedPanic].Add(1)
 				c.Close()
 				b.log.Error("mqtt packet decoder panicked; connection closed", "listener", id, "remote", c.RemoteAddr(),
 					"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-				b.hook.forgetConn(c)
+				b.hook.forgetConn(conn)
 			}
 		}()
 		if tc, ok := c.(*tls.Conn); ok {
@@ -134,8 +140,12 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 				return nil
 			}
 		}
-		err := establish(id, c)
-		if r, ok := classify(err); ok {
+		dc := &deadlineConn{Conn: c, timeout: b.opts.WriteTimeout}
+		conn = dc
+		err := establish(id, dc)
+		if r, ok := classify(err); dc.timedOut.Load() {
+			b.mqttRefused[RefusedWriteTimeout].Add(1)
+		} else if ok {
 			b.mqttRefused[r].Add(1)
 		}
 		if err != nil {
@@ -148,6 +158,33 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 		return nil
 	})
 }
+
+// deadlineConn sets a write deadline of timeout before every write, and
+// closes the connection when one passes: the client does not read, and a
+// partly written packet cannot be continued. Deadlines are never cleared:
+// SetDeadline (mochi's keep alive, which clears both deadlines with keep
+// alive 0) sets only the read deadline, and SetWriteDeadline is ignored.
+type deadlineConn struct {
+	net.Conn
+	timeout  time.Duration
+	timedOut atomic.Bool
+}
+
+func (c *deadlineConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		c.timedOut.Store(true)
+		c.Conn.Close()
+	}
+	return n, err
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
+
+func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
 
 // tokenBucket allows rate events per second with bursts of burst.
 type tokenBucket struct {

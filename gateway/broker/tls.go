@@ -73,6 +73,9 @@ func (s *serverTLS) Config() *tls.Config {
 // certIdentity returns the identity a verified client certificate gives a
 // connection: its subject common name, or failing that its first DNS name.
 func certIdentity(c net.Conn) (string, bool, error) {
+	if dc, ok := c.(*deadlineConn); ok {
+		c = dc.Conn
+	}
 	tc, ok := c.(*tls.Conn)
 	if !ok {
 		return "", false, nil

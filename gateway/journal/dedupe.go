@@ -10,12 +10,14 @@ import (
 // restart. A device resends only publications still in flight, at most
 // mqtt.receive_maximum of them, all among its latest publications; so each
 // client keeps a ring of the packet ids and content hashes of its latest
-// receive_maximum journaled publications. A packet id is reused only after
-// its PUBACK arrived, so a resend of an acknowledged publication cannot
-// occur; the one ambiguity left is a client that reuses a packet id for a
-// new, identical publication while fewer than receive_maximum others were
-// sent in between and then resends that one as DUP (packet ids are usually
-// allocated round-robin, which rules it out).
+// receive_maximum journaled publications (the broker disconnects a client
+// with more in flight, QoS 1 and 2 alike, so the ring is long enough). A
+// packet id is reused only after its PUBACK arrived, so a publication
+// without DUP that reuses an id ends the entry of the id's earlier
+// publication (Forget): a DUP is then a resend of the new one only. Firmware
+// with one publication in flight uses the same id for every reading; with
+// the entry kept, a new reading whose first copy was lost and whose resend
+// (DUP) carries the value of an earlier one would be dropped.
 type Dedupe struct {
 	size  int // entries per ring
 	max   int // rings kept; the least recently used goes first
@@ -95,6 +97,23 @@ func (d *Dedupe) Add(client []byte, pid uint16, hash, seq uint64) {
 	}
 	r.ents[r.next] = e
 	r.next = (r.next + 1) % len(r.ents)
+}
+
+// Forget ends the entries of client's packet id pid: a publication without
+// DUP reuses it, so the earlier publications with that id were
+// acknowledged and are never resent.
+func (d *Dedupe) Forget(client []byte, pid uint16) {
+	r := d.Rings[string(client)]
+	if r == nil || !slices.ContainsFunc(r.ents, func(e dupEntry) bool { return e.pid() == pid }) {
+		return
+	}
+	// Oldest first (a full ring starts at next), then without pid: the
+	// ring is no longer full and fills by appending again.
+	slices.Reverse(r.ents[:r.next])
+	slices.Reverse(r.ents[r.next:])
+	slices.Reverse(r.ents)
+	r.ents = slices.DeleteFunc(r.ents, func(e dupEntry) bool { return e.pid() == pid })
+	r.next = 0
 }
 
 func (d *Dedupe) evict() {

@@ -191,10 +191,10 @@ func (j *Journal) Unsubscribe(client, filter string) error {
 	return err
 }
 
-// Pubrel journals that a QoS 2 exchange the client began is complete.
-func (j *Journal) Pubrel(client string, pid uint16) error {
-	_, err := j.event(func(b []byte, at int64) []byte { return appendPubrel(b, at, client, pid) })
-	return err
+// Pubrel journals that a QoS 2 exchange the client began is complete. It
+// returns the batch: the PUBCOMP may be sent once it is durable.
+func (j *Journal) Pubrel(client string, pid uint16) (*Batch, error) {
+	return j.event(func(b []byte, at int64) []byte { return appendPubrel(b, at, client, pid) })
 }
 
 // Wait blocks until b is durable.

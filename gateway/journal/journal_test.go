@@ -83,8 +83,19 @@ func TestDedupe(t *testing.T) {
 	if d.Seen([]byte("a"), 1, h("x")) || !d.Seen([]byte("a"), 2, h("y")) || !d.Seen([]byte("a"), 4, h("w")) {
 		t.Error("ring keeps the latest 3")
 	}
-	d.Add([]byte("b"), 1, h("x"), 5)
-	d.Add([]byte("c"), 1, h("x"), 6) // 2 rings at most: a (used at 4) goes
+	// A publication without DUP reusing id 3 ends its entry; the others
+	// keep their order (the oldest, 2, is the next to go).
+	d.Forget([]byte("a"), 3)
+	d.Add([]byte("a"), 3, h("v"), 5)
+	if d.Seen([]byte("a"), 3, h("z")) || !d.Seen([]byte("a"), 3, h("v")) || !d.Seen([]byte("a"), 2, h("y")) {
+		t.Error("Forget: pid 3 should hold only its latest content")
+	}
+	d.Add([]byte("a"), 5, h("u"), 6)
+	if d.Seen([]byte("a"), 2, h("y")) || !d.Seen([]byte("a"), 4, h("w")) || !d.Seen([]byte("a"), 5, h("u")) {
+		t.Error("after Forget the ring should still drop its oldest entry first")
+	}
+	d.Add([]byte("b"), 1, h("x"), 7)
+	d.Add([]byte("c"), 1, h("x"), 8) // 2 rings at most: a (used at 6) goes
 	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 2 {
 		t.Errorf("rings %v: the least recently used should be evicted", d.Rings)
 	}
