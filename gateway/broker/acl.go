@@ -113,11 +113,20 @@ func fill(level, user, cid string) (string, bool) {
 	return level, true
 }
 
+// sysTopic reports whether a topic or filter is under $SYS, as mochi
+// tells it (case-insensitively; it drops client publications there).
+func sysTopic(s string) bool {
+	return len(s) >= len("$SYS") && strings.EqualFold(s[:len("$SYS")], "$SYS")
+}
+
 // matchTopic matches a topic name against a split ACL filter without
-// allocating. As in MQTT, a filter starting with a wildcard does not match
-// a topic starting with '$'.
+// allocating. A filter starting with a wildcard covers topics starting
+// with '$' (an application's own "$app/..." namespace: admin's "#" may
+// publish there), except $SYS, the broker's own, which a filter must
+// name. (Subscriptions match by MQTT's rule, where a leading wildcard
+// matches no '$' topic [MQTT-4.7.2-1]; mochi applies it before asking.)
 func matchTopic(f []string, topic, user, cid string) bool {
-	if strings.HasPrefix(topic, "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+	if sysTopic(topic) && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
 		return false
 	}
 	rest, done := topic, false
@@ -150,7 +159,7 @@ func within(f []string, req, user, cid string) bool {
 		}
 		rl = rl[2:]
 	}
-	if len(rl) > 0 && strings.HasPrefix(rl[0], "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+	if len(rl) > 0 && sysTopic(rl[0]) && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
 		return false
 	}
 	if len(rl) > 0 && (rl[0] == "#" || rl[0] == "+") && len(f) > 0 && strings.HasPrefix(f[0], "$") {

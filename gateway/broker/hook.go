@@ -26,6 +26,55 @@ type hook struct {
 	conns *connLimiter
 
 	clients sync.Map // *mqtt.Client → *clientInfo, while connected
+	subs    subCount
+}
+
+// subCount mirrors the subscriptions mochi's topic index holds, by client
+// id and filter, from the hook's own events, so that OnPublish can tell
+// cheaply that nobody is subscribed. mochi's Info.Subscriptions cannot be
+// trusted for that: its UNSUBSCRIBE counts a subscription removed whenever
+// the filter's node exists in the index (another client's subscription, a
+// retained message), whether or not the client had subscribed, so the
+// count reaches 0 with subscribers left and their messages would not be
+// routed. Here only what was added is removed.
+type subCount struct {
+	mu    sync.Mutex
+	by    map[string]map[string]struct{} // client id → filters
+	total atomic.Int64
+}
+
+// none reports that no client is subscribed to anything.
+func (s *subCount) none() bool { return s.total.Load() == 0 }
+
+func (s *subCount) add(client, filter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[string]map[string]struct{}{}
+	}
+	fs := s.by[client]
+	if fs == nil {
+		fs = map[string]struct{}{}
+		s.by[client] = fs
+	}
+	if _, ok := fs[filter]; !ok {
+		fs[filter] = struct{}{}
+		s.total.Add(1)
+	}
+}
+
+func (s *subCount) remove(client, filter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.by[client]
+	if _, ok := fs[filter]; !ok {
+		return
+	}
+	delete(fs, filter)
+	if len(fs) == 0 {
+		delete(s.by, client)
+	}
+	s.total.Add(-1)
 }
 
 // clientInfo is what the hook knows of a connected client.
@@ -228,7 +277,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	b := h.b
 	h.throttle(cl)
 	qos := pk.FixedHeader.Qos
-	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
+	noSubscribers := h.subs.none()
 	if !b.in.ReadingTopic(pk.TopicName) {
 		if !pk.FixedHeader.Retain && noSubscribers {
 			return pk, packets.CodeSuccessIgnore
@@ -317,8 +366,12 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 }
 
 // OnClientExpired journals the end of a session that outlived its
-// connection and has now expired.
-func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
+// connection and has now expired, and removes its subscriptions: mochi
+// forgets the client but would leave them in its topic index for good.
+func (h *hook) OnClientExpired(cl *mqtt.Client) {
+	h.b.server.UnsubscribeClient(cl)
+	h.b.j.SessionEnd(cl.ID)
+}
 
 // OnQosComplete journals the end of a QoS 2 exchange a client began (its
 // PUBREL was answered). Completions of the broker's own deliveries are
@@ -368,11 +421,12 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 	if v, ok := h.clients.Load(cl); ok {
 		v.(*clientInfo).subscribing.Store(nil)
 	}
-	if cl.Net.Inline {
-		return
-	}
 	for i, f := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		h.subs.add(cl.ID, f.Filter)
+		if cl.Net.Inline {
 			continue
 		}
 		h.b.j.Subscribe(cl.ID, f.Filter, journal.Subscription{QoS: f.Qos, RetainHandling: f.RetainHandling, NoLocal: f.NoLocal,
@@ -382,13 +436,18 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 
 // OnUnsubscribed journals the end of subscriptions. When a session is
 // taken over, mochi unsubscribes the old connection after the new one has
-// inherited its subscriptions: that is not an end.
+// inherited its subscriptions: that is not an end. (A clean start that
+// takes over a session unsubscribes it before marking it taken over: an
+// end, which mochi's index shows too.)
 func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
-	if cl.Net.Inline || cl.IsTakenOver() {
+	if cl.IsTakenOver() {
 		return
 	}
 	for _, f := range pk.Filters {
-		h.b.j.Unsubscribe(cl.ID, f.Filter)
+		h.subs.remove(cl.ID, f.Filter)
+		if !cl.Net.Inline {
+			h.b.j.Unsubscribe(cl.ID, f.Filter)
+		}
 	}
 }
 
@@ -403,11 +462,12 @@ func (h *hook) StoredSubscriptions() ([]storage.Subscription, error) {
 		for f, s := range subs {
 			v = append(v, storage.Subscription{T: storage.SubscriptionKey, ID: id + ":" + f, Client: id, Filter: f, Qos: s.QoS,
 				RetainHandling: s.RetainHandling, NoLocal: s.NoLocal, RetainAsPublished: s.RetainAsPublished, Identifier: s.Identifier})
+			h.subs.add(id, f)
 		}
 	}
-	// mochi does not count the subscriptions it loads, and OnPublish
-	// routes publications only when the count is non-zero: count them
-	// here, before the listeners accept anyone.
+	// mochi does not count the subscriptions it loads (its $SYS topics
+	// report the count): count them here, before the listeners accept
+	// anyone.
 	atomic.AddInt64(&h.b.server.Info.Subscriptions, int64(len(v)))
 	return v, nil
 }
