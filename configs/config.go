@@ -162,7 +162,8 @@ type ACL struct {
 	// a device.
 	Users map[string]string `yaml:"users"`
 	// AnonymousRole is the role of clients let in by allow_anonymous. Their
-	// identity is their client id.
+	// identity is their client id. The default, device, keeps each to the
+	// readings of the device its client id names.
 	AnonymousRole string `yaml:"anonymous_role"`
 	// Roles adds roles or replaces the built-in device, subscriber and
 	// admin roles.
@@ -357,7 +358,7 @@ func Default() Config {
 			ClientReadBuffer:  1024,
 			ClientWriteBuffer: 512,
 			ReceiveMaximum:    256,
-			ACL:               ACL{AnonymousRole: "admin"},
+			ACL:               ACL{AnonymousRole: "device"},
 			TopicAliasMaximum: 16,
 			MaxSessionExpiry:  Duration(7 * 24 * time.Hour),
 			MaxClients:        10000,
@@ -836,6 +837,9 @@ func (c *Config) Warnings() []string {
 	}
 	if c.MQTT.AllowAnonymous && (exposed(c.MQTT.Listen) || exposed(c.MQTT.TLS.Listen) || exposed(c.MQTT.WebSocket.Listen)) {
 		w = append(w, fmt.Sprintf("mqtt.allow_anonymous: anyone who can reach a network listener may connect, with role %q; set it false and give devices credentials", c.MQTT.ACL.AnonymousRole))
+	}
+	if c.MQTT.AllowAnonymous && c.MQTT.ACL.AnonymousRole != "device" {
+		w = append(w, fmt.Sprintf("mqtt.acl.anonymous_role: anonymous clients get role %q whatever client id they send, so each may do all that role allows (with admin: publish as any device, read everything); the default, device, keeps each to the readings of its own client id", c.MQTT.ACL.AnonymousRole))
 	}
 	if c.MQTT.TLS.Listen != "" && c.MQTT.TLS.ClientCAFile == "" && c.MQTT.UsersFile == "" && !c.MQTT.AllowAnonymous {
 		w = append(w, "mqtt.tls: no client_ca_file and no users_file: no client can authenticate")

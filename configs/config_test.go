@@ -148,6 +148,8 @@ func TestWarnings(t *testing.T) {
 		{"mqtt: {listen: ':1883', users_file: u}", []string{"mqtt.listen"}},
 		{"mqtt: {listen: '0.0.0.0:1883', allow_anonymous: true}", []string{"mqtt.listen", "mqtt.allow_anonymous"}},
 		{"mqtt: {listen: '127.0.0.1:1883', allow_anonymous: true}", nil},
+		{"mqtt: {listen: '127.0.0.1:1883', allow_anonymous: true, acl: {anonymous_role: admin}}", []string{"mqtt.acl.anonymous_role"}},
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u, acl: {anonymous_role: admin}}", nil}, // nobody is anonymous
 		{"mqtt: {listen: '', users_file: u, tls: {listen: '0.0.0.0:8883', cert_file: c, key_file: k}, websocket: {listen: '0.0.0.0:8884'}}", []string{"mqtt.websocket.listen"}},
 	} {
 		c, err := Parse([]byte(tc.yaml + "\nkafka: {brokers: ['k:9092']}\n"))

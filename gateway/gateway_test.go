@@ -55,6 +55,7 @@ func testConfig(t testing.TB, brokers []string) *configs.Config {
 	c.Gateway.DataDir = t.TempDir()
 	c.MQTT.Listen = "127.0.0.1:0"
 	c.MQTT.AllowAnonymous = true
+	c.MQTT.ACL.AnonymousRole = "admin" // tests choose their client ids freely
 	c.Kafka.Brokers = brokers
 	c.Aggregate.AllowedLateness = configs.Duration(time.Hour)
 	if err := c.Validate(); err != nil {

@@ -474,13 +474,42 @@ func TestSecureDefaults(t *testing.T) {
 	if c.MQTT.AllowAnonymous {
 		t.Error("allow_anonymous defaults to true")
 	}
+	if c.MQTT.ACL.AnonymousRole != "device" {
+		t.Errorf("anonymous_role defaults to %q, want device", c.MQTT.ACL.AnonymousRole)
+	}
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
 	cfg.MQTT.AllowAnonymous = c.MQTT.AllowAnonymous
 	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"dev-1": "pw"})
 	gw, stop := runGateway(t, cfg)
-	defer stop()
 	if _, code := dialV5(t, dial(t, gw.Addr()), "anon", "", ""); code != 0x86 {
 		t.Errorf("anonymous CONNECT: %#x, want 0x86", code)
+	}
+	stop()
+
+	// Anonymous clients allowed, role left at its default: each is the
+	// device its client id names, no more.
+	cfg = testConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.ACL.AnonymousRole = c.MQTT.ACL.AnonymousRole
+	gw, stop = runGateway(t, cfg)
+	defer stop()
+	anon, code := dialV5(t, dial(t, gw.Addr()), "dev-a", "", "")
+	if code != 0 {
+		t.Fatalf("anonymous CONNECT with allow_anonymous: %#x", code)
+	}
+	for _, tc := range []struct {
+		topic string
+		want  byte
+	}{
+		{"sensors/dev-a/temp", 0},
+		{"sensors/dev-b/temp", 0x87},
+		{"other/topic", 0x87},
+	} {
+		if got := anon.publish(uint16(len(tc.topic)), tc.topic, "1"); got != tc.want {
+			t.Errorf("anonymous dev-a publishing to %s: PUBACK %#x, want %#x", tc.topic, got, tc.want)
+		}
+	}
+	if got := anon.subscribe(1, "#"); got != 0x87 {
+		t.Errorf("anonymous dev-a subscribing to #: SUBACK %#x, want 0x87", got)
 	}
 }
 
