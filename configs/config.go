@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -154,6 +155,13 @@ type WebSocket struct {
 	Listen string `yaml:"listen"`
 	// TLS serves wss:// with mqtt.tls's certificate.
 	TLS bool `yaml:"tls"`
+	// AllowedOrigins lists the web origins ("https://dash.example.com")
+	// whose pages may connect. A browser sends its page's origin with
+	// every WebSocket handshake and lets any page on the LAN connect to
+	// any address it can reach; a handshake with an origin not listed is
+	// refused (HTTP 403). Clients that are not browsers send none and are
+	// let in. "*" allows every origin.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // ACL says which topics each client may publish to and subscribe to.
@@ -757,6 +765,11 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	if m.WebSocket.Listen != "" {
 		checkAddr(add, "mqtt.websocket.listen", m.WebSocket.Listen, false)
 	}
+	for i, o := range m.WebSocket.AllowedOrigins {
+		if err := CheckOrigin(o); err != nil {
+			add(fmt.Sprintf("mqtt.websocket.allowed_origins[%d]", i), "%v", err)
+		}
+	}
 	if (m.TLS.Listen != "" || m.WebSocket.TLS) && (m.TLS.CertFile == "" || m.TLS.KeyFile == "") {
 		add("mqtt.tls.cert_file", "and mqtt.tls.key_file are required for a TLS listener; give the PEM files of the server certificate and its key")
 	}
@@ -867,6 +880,20 @@ func (c *Config) Roles() map[string]Role {
 	}
 	maps.Copy(roles, c.MQTT.ACL.Roles)
 	return roles
+}
+
+// CheckOrigin reports whether o is a web origin as browsers send it
+// (scheme://host[:port], no path; RFC 6454) or "*".
+func CheckOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q is not a web origin; write scheme://host[:port] as the browser's address bar shows it, e.g. https://dashboard.example.com:8443 (or \"*\" for any)", o)
+	}
+	return nil
 }
 
 // CheckACLFilter reports whether f is a valid MQTT topic filter in which

@@ -35,7 +35,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			Listen: m.Listen,
 			TLS: broker.TLSOptions{Listen: m.TLS.Listen, CertFile: m.TLS.CertFile, KeyFile: m.TLS.KeyFile,
 				ClientCAFile: m.TLS.ClientCAFile, RequireClientCert: m.TLS.RequireClientCert},
-			WebSocket:         broker.WebSocketOptions{Listen: m.WebSocket.Listen, TLS: m.WebSocket.TLS},
+			WebSocket:         broker.WebSocketOptions{Listen: m.WebSocket.Listen, TLS: m.WebSocket.TLS, AllowedOrigins: m.WebSocket.AllowedOrigins},
 			AllowAnonymous:    m.AllowAnonymous,
 			UsersFile:         m.UsersFile,
 			Roles:             roles,

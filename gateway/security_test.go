@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -565,5 +566,64 @@ func TestWebSocketListener(t *testing.T) {
 	}
 	if st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] == 1 }); st.Outcomes["aggregated"] != 1 {
 		t.Errorf("aggregated %d, want 1", st.Outcomes["aggregated"])
+	}
+}
+
+// TestWebSocketOrigin: a browser page from an origin not in
+// mqtt.websocket.allowed_origins cannot open the WebSocket (HTTP 403,
+// counted), one from a listed origin can, and so can a client that sends
+// no Origin (not a browser).
+func TestWebSocketOrigin(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"}) // anonymous admins: what a page on the LAN would get
+	cfg.MQTT.WebSocket.Listen = fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t))
+	cfg.MQTT.WebSocket.AllowedOrigins = []string{"https://dash.example.com"}
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", gw.WebSocketAddr())
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, origin string
+		want         int // HTTP status of the handshake
+	}{
+		{"no origin", "", 101},
+		{"listed origin", "https://dash.example.com", 101},
+		{"listed origin, other case", "HTTPS://Dash.Example.com", 101},
+		{"other origin", "http://evil.example.com", 403},
+		{"listed host, other scheme", "http://dash.example.com", 403},
+		{"the gateway's own address", "http://" + gw.WebSocketAddr(), 403}, // DNS rebinding makes any page look so
+	} {
+		h := http.Header{}
+		if tc.origin != "" {
+			h.Set("Origin", tc.origin)
+		}
+		ws, resp, err := (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+gw.WebSocketAddr()+"/", h)
+		if resp == nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: handshake status %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if ws != nil {
+			var b bytes.Buffer
+			(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT}, Content: &packets.Connect{ProtocolName: "MQTT",
+				ProtocolVersion: 5, ClientID: "ws-" + strings.ReplaceAll(tc.name, " ", "-"), CleanStart: true, KeepAlive: 30, Properties: &packets.Properties{}}}).WriteTo(&b)
+			ws.WriteMessage(websocket.BinaryMessage, b.Bytes())
+			ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, msg, err := ws.ReadMessage(); err != nil || len(msg) < 4 || msg[0] != 0x20 || msg[3] != 0 {
+				t.Errorf("%s: CONNACK %x (%v), want success", tc.name, msg, err)
+			}
+			ws.Close()
+		}
+	}
+	if n := refused(t, gw, "websocket_origin", 3); n != 3 {
+		t.Errorf("websocket_origin refusals %d, want 3", n)
 	}
 }

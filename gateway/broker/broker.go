@@ -97,6 +97,10 @@ type TLSOptions struct {
 type WebSocketOptions struct {
 	Listen string // empty: no WebSocket listener
 	TLS    bool   // wss://, with the TLS listener's certificate
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages may connect, "*" for any; a handshake with another Origin
+	// header is refused. Clients that send none (not browsers) connect.
+	AllowedOrigins []string
 }
 
 // Role is a set of topic filters, in which {username} stands for the
@@ -196,7 +200,7 @@ func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time
 		if o.WebSocket.TLS {
 			lc.TLSConfig = b.tls.Config()
 		}
-		if b.wsAddr, err = add("mqtt.websocket.listen", listeners.NewWebsocket(lc)); err != nil {
+		if b.wsAddr, err = add("mqtt.websocket.listen", newWSListener(lc.ID, lc.Address, lc.TLSConfig, o.WebSocket.AllowedOrigins, b)); err != nil {
 			return nil, err
 		}
 	}

@@ -40,12 +40,13 @@ const (
 	RefusedMalformed                        // malformed or protocol-violating packet
 	RefusedPanic                            // the packet decoder panicked; the connection was closed
 	RefusedTLSHandshake                     // TLS handshake failed: old version, unknown client CA, not TLS
+	RefusedWebSocketOrigin                  // HTTP 403: a WebSocket handshake from a web origin not in mqtt.websocket.allowed_origins
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
-	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake"}
+	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "websocket_origin"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 
