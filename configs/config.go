@@ -166,9 +166,15 @@ type WebSocket struct {
 
 // ACL says which topics each client may publish to and subscribe to.
 type ACL struct {
-	// Users gives an identity a role; every other authenticated identity is
-	// a device.
+	// Users gives a username (of mqtt.users_file) a role; every other user
+	// is a device.
 	Users map[string]string `yaml:"users"`
+	// Certificates gives a client certificate's name (its common name, or
+	// first DNS name) a role; every other certificate is a device. The two
+	// namespaces are separate: a certificate named like an admin user is
+	// not an admin (the CA that signs devices' certificates need not be
+	// trusted with roles).
+	Certificates map[string]string `yaml:"certificates"`
 	// AnonymousRole is the role of clients let in by allow_anonymous. Their
 	// identity is their client id. The default, device, keeps each to the
 	// readings of the device its client id names.
@@ -794,6 +800,14 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 		if _, ok := roles[role]; !ok {
 			add("mqtt.acl.users."+user, "role %q is not defined; use one of %s or add it under mqtt.acl.roles", role, strings.Join(names, ", "))
 		}
+	}
+	for name, role := range m.ACL.Certificates {
+		if _, ok := roles[role]; !ok {
+			add("mqtt.acl.certificates."+name, "role %q is not defined; use one of %s or add it under mqtt.acl.roles", role, strings.Join(names, ", "))
+		}
+	}
+	if len(m.ACL.Certificates) > 0 && m.TLS.ClientCAFile == "" {
+		add("mqtt.acl.certificates", "gives certificates roles, but mqtt.tls.client_ca_file is not set, so no certificate is verified; set it or remove the entries")
 	}
 	if _, ok := roles[m.ACL.AnonymousRole]; !ok {
 		add("mqtt.acl.anonymous_role", "role %q is not defined; use one of %s", m.ACL.AnonymousRole, strings.Join(names, ", "))

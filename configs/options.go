@@ -40,6 +40,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			UsersFile:         m.UsersFile,
 			Roles:             roles,
 			Users:             m.ACL.Users,
+			CertRoles:         m.ACL.Certificates,
 			AnonymousRole:     m.ACL.AnonymousRole,
 			MaxPacket:         m.MaxPacket,
 			ReceiveMaximum:    m.ReceiveMaximum,

@@ -627,3 +627,65 @@ func TestWebSocketOrigin(t *testing.T) {
 		t.Errorf("websocket_origin refusals %d, want 3", n)
 	}
 }
+
+// TestCertificateNamespace: certificate names and usernames are separate
+// namespaces for roles. A certificate whose name is that of an admin user
+// is a device; a certificate gets another role only through
+// mqtt.acl.certificates, which gives usernames nothing.
+func TestCertificateNamespace(t *testing.T) {
+	ca := testpki.New(t, "ns-ca")
+	cfg := secureConfig(t, ca) // ops is an admin user
+	cfg.MQTT.ACL.Certificates = map[string]string{"dash-cert": "subscriber"}
+	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"ops": "pw-o", "dash-cert": "pw-c"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	withCert := func(cn string) *v5 {
+		_, _, pair := ca.Issue(cn, false)
+		conn, err := tls.Dial("tcp", gw.TLSAddr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, code := dialV5(t, conn, "cert-"+cn, "", "")
+		if code != 0 {
+			t.Fatalf("certificate %s: CONNACK %#x", cn, code)
+		}
+		return c
+	}
+	opsCert, dashCert := withCert("ops"), withCert("dash-cert")
+	dashUser, code := dialV5(t, dial(t, gw.Addr()), "user-dash-cert", "dash-cert", "pw-c")
+	if code != 0 {
+		t.Fatalf("user dash-cert: CONNACK %#x", code)
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *v5
+		topic string
+		want  byte
+	}{
+		{"certificate ops under another device", opsCert, "sensors/dev-2/temp", 0x87},
+		{"certificate ops anywhere", opsCert, "other/topic", 0x87},
+		{"certificate ops to its own readings", opsCert, "sensors/ops/temp", 0},
+		{"certificate dash-cert (subscriber)", dashCert, "sensors/dash-cert/temp", 0x87},
+		{"user dash-cert (a device)", dashUser, "sensors/dash-cert/temp", 0},
+	} {
+		if got := tc.c.publish(uint16(len(tc.name)), tc.topic, "1"); got != tc.want {
+			t.Errorf("%s: PUBACK %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		c      *v5
+		filter string
+		want   byte
+	}{
+		{"certificate ops to #", opsCert, "#", 0x87},
+		{"certificate dash-cert to readings", dashCert, "sensors/+/+", 1},
+		{"user dash-cert to readings", dashUser, "sensors/+/+", 0x87},
+	} {
+		if got := tc.c.subscribe(uint16(len(tc.name)), tc.filter); got != tc.want {
+			t.Errorf("%s: SUBACK %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+}

@@ -59,10 +59,12 @@ type Options struct {
 	AllowAnonymous bool
 	UsersFile      string // "username:bcrypt-hash" lines; empty: no users
 	// Roles are the ACL roles by name (device, subscriber, admin and any
-	// configured); Users gives an identity a role (others are devices);
+	// configured); Users gives a username a role and CertRoles a client
+	// certificate's name (separate namespaces; others are devices);
 	// AnonymousRole is the role of anonymous clients.
 	Roles         map[string]Role
 	Users         map[string]string
+	CertRoles     map[string]string
 	AnonymousRole string
 
 	MaxPacket         int // bytes
@@ -147,7 +149,7 @@ func New(o Options, j Journal, in Ingest, log *slog.Logger, now func() time.Time
 	if err != nil {
 		return nil, err
 	}
-	rules, err := newACL(o.Roles, o.Users, o.AnonymousRole)
+	rules, err := newACL(o.Roles, o.Users, o.CertRoles, o.AnonymousRole)
 	if err != nil {
 		return nil, err
 	}

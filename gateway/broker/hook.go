@@ -152,7 +152,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		if user != "" && user != id {
 			return refuse(fmt.Sprintf("username differs from the client certificate's identity %q", id))
 		}
-		info = &clientInfo{identity: id, role: h.acl.role(id)}
+		info = &clientInfo{identity: id, role: h.acl.certRole(id)}
 		cl.Properties.Username = []byte(id)
 	case user == "" && len(pk.Connect.Password) == 0:
 		if !h.auth.anonymous {
@@ -163,7 +163,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		if !h.auth.check(user, pk.Connect.Password) {
 			return refuse("bad username or password")
 		}
-		info = &clientInfo{identity: user, role: h.acl.role(user)}
+		info = &clientInfo{identity: user, role: h.acl.userRole(user)}
 	}
 	h.clients.Store(cl, info)
 	return true
