@@ -127,14 +127,20 @@ type MQTT struct {
 	// Limits. Each refusal is counted in edgegate_mqtt_refused_total.
 	TopicAliasMaximum int      `yaml:"topic_alias_maximum"`
 	MaxSessionExpiry  Duration `yaml:"max_session_expiry"`
-	MaxClients        int      `yaml:"max_clients"`
-	MaxSubscriptions  int      `yaml:"max_subscriptions_per_client"`
-	ConnectTimeout    Duration `yaml:"connect_timeout"`
-	ConnectRate       float64  `yaml:"connect_rate_per_address"`
-	ConnectBurst      int      `yaml:"connect_burst_per_address"`
-	ConnectRateExempt []string `yaml:"connect_rate_exempt"`
-	PublishRate       float64  `yaml:"publish_rate_per_client"`
-	MaxKeepAlive      Duration `yaml:"max_keep_alive"`
+	// MaxSessions caps the persistent sessions kept (connected or not),
+	// MaxSessionsPerIdentity those of one identity; DeviceClientIDs says
+	// which client ids a device may use (prefixed, identity or any).
+	MaxSessions            int      `yaml:"max_sessions"`
+	MaxSessionsPerIdentity int      `yaml:"max_sessions_per_identity"`
+	DeviceClientIDs        string   `yaml:"device_client_ids"`
+	MaxClients             int      `yaml:"max_clients"`
+	MaxSubscriptions       int      `yaml:"max_subscriptions_per_client"`
+	ConnectTimeout         Duration `yaml:"connect_timeout"`
+	ConnectRate            float64  `yaml:"connect_rate_per_address"`
+	ConnectBurst           int      `yaml:"connect_burst_per_address"`
+	ConnectRateExempt      []string `yaml:"connect_rate_exempt"`
+	PublishRate            float64  `yaml:"publish_rate_per_client"`
+	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -375,14 +381,19 @@ func Default() Config {
 			ACL:               ACL{AnonymousRole: "device"},
 			TopicAliasMaximum: 16,
 			MaxSessionExpiry:  Duration(7 * 24 * time.Hour),
-			MaxClients:        10000,
-			MaxSubscriptions:  32,
-			ConnectTimeout:    Duration(10 * time.Second),
-			ConnectRate:       5,
-			ConnectBurst:      20,
-			ConnectRateExempt: []string{"127.0.0.0/8", "::1/128"},
-			PublishRate:       1000,
-			MaxKeepAlive:      Duration(10 * time.Minute),
+			// A persistent session per client mqtt.max_clients lets in;
+			// a device needs one, a second for an updater at most.
+			MaxSessions:            10000,
+			MaxSessionsPerIdentity: 4,
+			DeviceClientIDs:        "prefixed",
+			MaxClients:             10000,
+			MaxSubscriptions:       32,
+			ConnectTimeout:         Duration(10 * time.Second),
+			ConnectRate:            5,
+			ConnectBurst:           20,
+			ConnectRateExempt:      []string{"127.0.0.0/8", "::1/128"},
+			PublishRate:            1000,
+			MaxKeepAlive:           Duration(10 * time.Minute),
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -819,6 +830,15 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	between("mqtt.topic_alias_maximum", m.TopicAliasMaximum, 0, 65535)
 	between("mqtt.max_clients", m.MaxClients, 1, 1_000_000)
+	between("mqtt.max_sessions", m.MaxSessions, 1, 1_000_000)
+	if m.MaxSessionsPerIdentity < 1 || m.MaxSessionsPerIdentity > m.MaxSessions {
+		add("mqtt.max_sessions_per_identity", "%d is out of range; use 1 to mqtt.max_sessions (%d)", m.MaxSessionsPerIdentity, m.MaxSessions)
+	}
+	switch m.DeviceClientIDs {
+	case "prefixed", "identity", "any":
+	default:
+		add("mqtt.device_client_ids", "%q is not a rule; use prefixed (the identity, or the identity, ':' and anything), identity (the identity only) or any (no binding: a device may take over another's session)", m.DeviceClientIDs)
+	}
 	between("mqtt.max_subscriptions_per_client", m.MaxSubscriptions, 1, 100_000)
 	if d := m.MaxSessionExpiry.D(); d < 0 || d > 365*24*time.Hour {
 		add("mqtt.max_session_expiry", "%s is out of range; use 0 (sessions end with their connection) to 8760h", d)

@@ -524,6 +524,9 @@ type Stats struct {
 	Retained    int
 	Devices     int
 	Sessions    int // persistent MQTT sessions kept across restarts
+	// SessionsEvicted counts persistent sessions ended early to make room
+	// (mqtt.max_sessions, mqtt.max_sessions_per_identity).
+	SessionsEvicted uint64
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
 	// MQTTRefused counts the clients and packets the broker turned away,
@@ -591,6 +594,7 @@ func (g *Gateway) Stats() Stats {
 	s.Refused = bs.QuotaRefused
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
+	s.SessionsEvicted = bs.SessionsEvicted
 	s.Outcomes = map[string]uint64{}
 	for o := aggregate.Aggregated; o <= aggregate.Invalid; o++ {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -400,7 +400,8 @@ func TestAuthentication(t *testing.T) {
 		"cached then bad": {"dev-1", "s3cret ", false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := connect(t, st.gw.Addr(), "c-"+strings.ReplaceAll(name, " ", "-"), tc.user, tc.pass)
+			// A device's client id is its name, ':' and anything.
+			_, err := connect(t, st.gw.Addr(), tc.user+":"+strings.ReplaceAll(name, " ", "-"), tc.user, tc.pass)
 			if (err == nil) != tc.ok {
 				t.Errorf("connect err = %v, want ok=%v", err, tc.ok)
 			}

@@ -245,7 +245,7 @@ func TestAuthAndACL(t *testing.T) {
 		{"unknown user", "dev-9", "pw-1", 0x86},
 		{"anonymous", "", "", 0x86},
 	} {
-		if _, code := dialV5(t, dial(t, addr), "c", tc.user, tc.pass); code != tc.want {
+		if _, code := dialV5(t, dial(t, addr), tc.user+":c", tc.user, tc.pass); code != tc.want {
 			t.Errorf("%s: CONNACK %#x, want %#x", tc.name, code, tc.want)
 		}
 	}
@@ -258,7 +258,7 @@ func TestAuthAndACL(t *testing.T) {
 	}
 
 	// PUBLISH and SUBSCRIBE by role.
-	dev, _ := dialV5(t, dial(t, addr), "dev-1-client", "dev-1", "pw-1")
+	dev, _ := dialV5(t, dial(t, addr), "dev-1:client", "dev-1", "pw-1")
 	dash, _ := dialV5(t, dial(t, addr), "dash", "dash", "pw-d")
 	ops, _ := dialV5(t, dial(t, addr), "ops", "ops", "pw-o")
 	for _, tc := range []struct {
@@ -321,7 +321,7 @@ func TestAuthAndACL(t *testing.T) {
 	// a DISCONNECT first, which 3.1.1 clients ignore.)
 	c3 = dial(t, addr)
 	defer c3.Close()
-	c3.Write(v3Connect("c3b", "dev-2", "pw-2"))
+	c3.Write(v3Connect("dev-2", "dev-2", "pw-2"))
 	if f, err := readFrame(c3); err != nil || len(f) != 3 || f[2] != 0 {
 		t.Fatalf("3.1.1 connect: %x %v", f, err)
 	}
@@ -347,7 +347,7 @@ func TestAuthAndACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d3, code := dialV5(t, conn, "any-client-id", "", "")
+	d3, code := dialV5(t, conn, "dev-3:any", "", "")
 	if code != 0 {
 		t.Fatalf("certificate dev-3: CONNACK %#x", code)
 	}
@@ -367,7 +367,7 @@ func TestAuthAndACL(t *testing.T) {
 	if conn, err = tlsDial(); err != nil {
 		t.Fatal(err)
 	}
-	if _, code := dialV5(t, conn, "y", "dev-2", "pw-2"); code != 0 {
+	if _, code := dialV5(t, conn, "dev-2:y", "dev-2", "pw-2"); code != 0 {
 		t.Errorf("TLS with password: CONNACK %#x", code)
 	}
 	// A certificate from another CA fails the handshake.
@@ -433,7 +433,7 @@ func TestTLSReload(t *testing.T) {
 		t.Fatal("certificate changed before reload")
 	}
 	os.WriteFile(cfg.MQTT.UsersFile, []byte(""), 0o600)
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n", "dev-1", "pw-1"); code != 0 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-1:n", "dev-1", "pw-1"); code != 0 {
 		t.Fatalf("before reload: CONNACK %#x", code)
 	}
 	b, _ := os.ReadFile(writeUsers(t, map[string]string{"dev-new": "pw-n"}))
@@ -445,10 +445,10 @@ func TestTLSReload(t *testing.T) {
 	if got := serialOf(); got.Cmp(leaf.SerialNumber) != 0 {
 		t.Errorf("after reload: serial %v, want %v", got, leaf.SerialNumber)
 	}
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n2", "dev-new", "pw-n"); code != 0 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-new", "dev-new", "pw-n"); code != 0 {
 		t.Errorf("new user after reload: CONNACK %#x", code)
 	}
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n3", "dev-1", "pw-1"); code != 0x86 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-1:n3", "dev-1", "pw-1"); code != 0x86 {
 		t.Errorf("removed user after reload: CONNACK %#x, want 0x86", code)
 	}
 	// A broken file is refused and the old certificate stays.
@@ -554,7 +554,7 @@ func TestWebSocketListener(t *testing.T) {
 		return resp
 	}
 	ack := roundTrip(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT},
-		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "ws", CleanStart: true, KeepAlive: 30,
+		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "dev-ws", CleanStart: true, KeepAlive: 30,
 			UsernameFlag: true, Username: "dev-ws", PasswordFlag: true, Password: []byte("pw"), Properties: &packets.Properties{}}})
 	if ca, ok := ack.Content.(*packets.Connack); !ok || ca.ReasonCode != 0 {
 		t.Fatalf("CONNACK %v", ack)
@@ -647,14 +647,14 @@ func TestCertificateNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, code := dialV5(t, conn, "cert-"+cn, "", "")
+		c, code := dialV5(t, conn, cn+":cert", "", "")
 		if code != 0 {
 			t.Fatalf("certificate %s: CONNACK %#x", cn, code)
 		}
 		return c
 	}
 	opsCert, dashCert := withCert("ops"), withCert("dash-cert")
-	dashUser, code := dialV5(t, dial(t, gw.Addr()), "user-dash-cert", "dash-cert", "pw-c")
+	dashUser, code := dialV5(t, dial(t, gw.Addr()), "dash-cert:user", "dash-cert", "pw-c")
 	if code != 0 {
 		t.Fatalf("user dash-cert: CONNACK %#x", code)
 	}

@@ -74,14 +74,20 @@ type Options struct {
 	ClientWriteBuffer int // bytes
 	TopicAliasMaximum int
 	MaxSessionExpiry  time.Duration
-	MaxClients        int
-	MaxSubscriptions  int           // per client
-	ConnectTimeout    time.Duration // from accept to CONNECT
-	ConnectRate       float64       // new connections per second per source address; 0: no limit
-	ConnectBurst      int
-	ConnectRateExempt []string // CIDR prefixes
-	PublishRate       float64  // publications per second per client; 0: no limit
-	MaxKeepAlive      time.Duration
+	// MaxSessions and MaxSessionsPerIdentity cap the persistent sessions
+	// kept, connected or not; ClientIDs binds device client ids to their
+	// identity.
+	MaxSessions            int
+	MaxSessionsPerIdentity int
+	ClientIDs              ClientIDRule
+	MaxClients             int
+	MaxSubscriptions       int           // per client
+	ConnectTimeout         time.Duration // from accept to CONNECT
+	ConnectRate            float64       // new connections per second per source address; 0: no limit
+	ConnectBurst           int
+	ConnectRateExempt      []string // CIDR prefixes
+	PublishRate            float64  // publications per second per client; 0: no limit
+	MaxKeepAlive           time.Duration
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -286,6 +292,10 @@ type Stats struct {
 	Refused      map[string]int64 // clients and packets turned away, by reason (see Refusal)
 	Throttled    uint64           // publications held back by PublishRate
 	QuotaRefused uint64           // QoS 1/2 publications refused because the output was full
+	Sessions     int              // persistent sessions held, connected or not
+	// SessionsEvicted counts persistent sessions ended early to make room
+	// for a new one (MaxSessions, MaxSessionsPerIdentity).
+	SessionsEvicted uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -298,6 +308,9 @@ func (b *Broker) Stats() Stats {
 		Refused:      b.mqttRefused.snapshot(),
 		Throttled:    b.throttled.Load(),
 		QuotaRefused: b.quota.Load(),
+		Sessions:     b.hook.sessions.len(),
+
+		SessionsEvicted: b.hook.sessions.evicted.Load(),
 	}
 }
 

@@ -25,8 +25,9 @@ type hook struct {
 	acl   *acl
 	conns *connLimiter
 
-	clients sync.Map // *mqtt.Client → *clientInfo, while connected
-	subs    subCount
+	clients  sync.Map // *mqtt.Client → *clientInfo, while connected
+	subs     subCount
+	sessions sessions // persistent sessions, by client id
 }
 
 // subCount mirrors the subscriptions mochi's topic index holds, by client
@@ -79,8 +80,9 @@ func (s *subCount) remove(client, filter string) {
 
 // clientInfo is what the hook knows of a connected client.
 type clientInfo struct {
-	identity string
-	role     *aclRole
+	identity  string
+	anonymous bool // identity is the client id
+	role      *aclRole
 	// publish is the client's publish rate bucket. Only the client's own
 	// read goroutine (OnPublish) touches it.
 	publish tokenBucket
@@ -89,6 +91,8 @@ type clientInfo struct {
 	// delivers to the client, with nothing else to tell the two apart.
 	subscribing atomic.Pointer[[]string]
 }
+
+func (i *clientInfo) owner() owner { return owner{name: i.identity, anonymous: i.anonymous} }
 
 func (h *hook) ID() string { return "edgegate" }
 
@@ -158,12 +162,21 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		if !h.auth.anonymous {
 			return refuse("no credentials, and mqtt.allow_anonymous is false")
 		}
-		info = &clientInfo{identity: cl.ID, role: h.acl.anonymous}
+		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.anonymous}
 	default:
 		if !h.auth.check(user, pk.Connect.Password) {
 			return refuse("bad username or password")
 		}
 		info = &clientInfo{identity: user, role: h.acl.userRole(user)}
+	}
+	if r, why, ok := h.admitSession(cl, info); !ok {
+		b.mqttRefused[r].Add(1)
+		if ok, held := b.logLimiter.Allow("session", b.now()); ok {
+			b.log.Warn("mqtt client refused: "+why, "client", cl.ID, "identity", info.identity, "remote", cl.Net.Remote, "suppressed_since_last", held)
+		}
+		// The CONNACK is sent: stop mochi sending its own (0x86).
+		cl.Stop(packets.ErrClientIdentifierNotValid)
+		return false
 	}
 	h.clients.Store(cl, info)
 	return true
@@ -349,8 +362,12 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	}
 	if pk.Connect.Clean || !persistent(cl) {
 		h.b.j.SessionEnd(cl.ID)
+		h.sessions.remove(cl.ID)
 	}
 	if persistent(cl) {
+		if v, ok := h.clients.Load(cl); ok {
+			h.sessions.set(cl.ID, v.(*clientInfo).owner(), true, time.Time{})
+		}
 		h.b.j.SessionStart(cl.ID, journal.Session{Proto: cl.Properties.ProtocolVersion, Expiry: cl.Properties.Props.SessionExpiryInterval,
 			Username: string(cl.Properties.Username), Listener: cl.Net.Listener})
 	}
@@ -360,15 +377,33 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 // connection.
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.clients.Delete(cl)
-	if expire && !cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	if expire {
 		h.b.j.SessionEnd(cl.ID)
 	}
+	if cl.IsTakenOver() {
+		return // the session, if any, is the new connection's
+	}
+	if expire {
+		h.sessions.remove(cl.ID)
+		return
+	}
+	// Away (or restored at start, when mochi calls this for each
+	// session): a named client's identity was its username.
+	o := owner{name: string(cl.Properties.Username)}
+	if o.name == "" {
+		o = owner{name: cl.ID, anonymous: true}
+	}
+	h.sessions.away(cl.ID, o, h.b.now().Add(h.b.sessionExpiry(cl)))
 }
 
 // OnClientExpired journals the end of a session that outlived its
 // connection and has now expired, and removes its subscriptions: mochi
 // forgets the client but would leave them in its topic index for good.
 func (h *hook) OnClientExpired(cl *mqtt.Client) {
+	h.sessions.remove(cl.ID)
 	h.b.server.UnsubscribeClient(cl)
 	h.b.j.SessionEnd(cl.ID)
 }
