@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/edgegate/edgegate/aggregate"
@@ -28,11 +29,28 @@ type ingestHandler struct {
 	g       *Gateway
 	topic   string
 	client  string
+	device  string // if set, the only device the readings may name (journal.FlagDevice)
 	payload []byte
 	now     time.Time
 }
 
+// ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
+// a device its publisher may not publish for.
+const ReasonDeviceNotAllowed = "device_not_allowed"
+
 func (h *ingestHandler) Reading(r aggregate.Reading) {
+	if h.device != "" && r.Device != h.device {
+		// Decided here, where the device is known (a payload may name
+		// it), from the journaled record alone: replay decides the same.
+		h.g.notAllowed.Add(1)
+		detail := "the publisher may publish readings of device " + strconv.Quote(h.device) + " only"
+		h.g.emitDeadLetter(DeadLetter{
+			Reason: ReasonDeviceNotAllowed, Detail: detail, Source: "mqtt", Topic: h.topic, Client: h.client,
+			Device: r.Device, ReceivedAt: h.now, HasReading: true, Reading: r,
+		})
+		h.g.logRejected(ReasonDeviceNotAllowed, h.topic, h.client, detail, h.now)
+		return
+	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() {
 		return

@@ -42,6 +42,7 @@ var (
 	mCached       = desc("retained_windows_cached", "Closed windows held in memory for late revisions (all are on disk).")
 	mDevices      = desc("devices", "Devices seen since start or restored from the checkpoint.")
 	mSessions     = desc("mqtt_persistent_sessions", "Persistent MQTT sessions kept across restarts.")
+	mNotAllowed   = desc("readings_not_allowed_total", "Readings dead-lettered as device_not_allowed: they named a device other than their publisher's own (a device-role client, e.g. by SenML bn).")
 	mEvicted      = desc("mqtt_sessions_evicted_total", "Persistent MQTT sessions ended early to make room for a new one (mqtt.max_sessions, mqtt.max_sessions_per_identity).")
 	mClients      = desc("mqtt_clients_connected", "MQTT clients connected.")
 	mBytesIn      = desc("mqtt_received_bytes_total", "MQTT bytes received.")
@@ -75,7 +76,7 @@ var (
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mCached, mDevices,
-		mSessions, mEvicted, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
+		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
@@ -122,6 +123,7 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mDevices, float64(g.Devices))
 	gauge(mSessions, float64(g.Sessions))
 	counter(mEvicted, float64(g.SessionsEvicted))
+	counter(mNotAllowed, float64(g.NotAllowed))
 	gauge(mClients, float64(g.Clients))
 	counter(mBytesIn, float64(g.BytesIn))
 	counter(mBytesOut, float64(g.BytesOut))

@@ -31,8 +31,9 @@ import (
 // life of persistent sessions. *journal.Journal implements it.
 type Journal interface {
 	// Publish journals a publication; with ack set, the journal sends the
-	// PUBACK (through WriteAcks) once it is durable.
-	Publish(client string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
+	// PUBACK (through WriteAcks) once it is durable. device, if not empty,
+	// is the only device the publication's readings may name.
+	Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
 	SessionStart(client string, s journal.Session) error
 	SessionEnd(client string) error
 	Subscribe(client, filter string, s journal.Subscription) error

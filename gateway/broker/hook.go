@@ -319,7 +319,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		flags |= journal.FlagRetain
 	}
 	async := qos == 1 && !pk.FixedHeader.Retain && noSubscribers
-	batch, err := b.j.Publish(cl.ID, cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	batch, err := b.j.Publish(cl.ID, h.ownDevice(cl), cl, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
 		err = batch.Wait()
 	}
@@ -342,6 +342,21 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		return pk, packets.CodeSuccessIgnore
 	}
 	return pk, nil
+}
+
+// ownDevice returns the only device a client's readings may name: its
+// identity, for the device role (whose ACL binds the {device} level of
+// reading topics to it, and which must not name another device in a
+// payload either, e.g. SenML's bn on a topic without {device}); empty
+// for other roles. The journal records it, so that the applier, which
+// knows the device only after decoding, decides the same at replay.
+func (h *hook) ownDevice(cl *mqtt.Client) string {
+	if v, ok := h.clients.Load(cl); ok {
+		if info := v.(*clientInfo); info.role == h.acl.roles["device"] {
+			return info.identity
+		}
+	}
+	return ""
 }
 
 // persistent reports whether cl's session outlives its connection.
