@@ -888,6 +888,12 @@ func (c *Config) Warnings() []string {
 	if c.MQTT.AllowAnonymous && c.MQTT.ACL.AnonymousRole != "device" {
 		w = append(w, fmt.Sprintf("mqtt.acl.anonymous_role: anonymous clients get role %q whatever client id they send, so each may do all that role allows (with admin: publish as any device, read everything); the default, device, keeps each to the readings of its own client id", c.MQTT.ACL.AnonymousRole))
 	}
+	if c.MQTT.DeviceClientIDs == "any" {
+		w = append(w, "mqtt.device_client_ids: any: a device may connect with another device's client id, taking over its session and disconnecting it; the default, prefixed, binds client ids to identities")
+	}
+	if c.MQTT.WebSocket.Listen != "" && slices.Contains(c.MQTT.WebSocket.AllowedOrigins, "*") {
+		w = append(w, "mqtt.websocket.allowed_origins: \"*\" lets every web page a browser on the network shows connect; list the origins of your dashboards instead")
+	}
 	if c.MQTT.TLS.Listen != "" && c.MQTT.TLS.ClientCAFile == "" && c.MQTT.UsersFile == "" && !c.MQTT.AllowAnonymous {
 		w = append(w, "mqtt.tls: no client_ca_file and no users_file: no client can authenticate")
 	}
