@@ -25,6 +25,7 @@ func TestSenMLDeviceIsThePublisher(t *testing.T) {
 		return fmt.Sprintf(`[{"bn":"%s:","n":"temp","v":21.5},{"n":"rh","v":40}]`, dev)
 	}
 	gw, stop := runGateway(t, cfg)
+	defer stop()
 	dev1, _ := dialV5(t, dial(t, gw.Addr()), "dev-1", "dev-1", "pw-1")
 	ops, _ := dialV5(t, dial(t, gw.Addr()), "ops", "ops", "pw-o")
 	anon, _ := dialV5(t, dial(t, gw.Addr()), "dev-a", "", "")
@@ -52,7 +53,6 @@ func TestSenMLDeviceIsThePublisher(t *testing.T) {
 			t.Errorf("dev-2 has %d readings, want the admin's 2", d.Aggregated)
 		}
 	}
-	stop()
 }
 
 // TestReplayDecidesTheDevice: the applier decides from the journal record

@@ -482,6 +482,7 @@ func TestSecureDefaults(t *testing.T) {
 	cfg.MQTT.AllowAnonymous = c.MQTT.AllowAnonymous
 	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"dev-1": "pw"})
 	gw, stop := runGateway(t, cfg)
+	defer func() { stop() }() // the gateway running when the test ends
 	if _, code := dialV5(t, dial(t, gw.Addr()), "anon", "", ""); code != 0x86 {
 		t.Errorf("anonymous CONNECT: %#x, want 0x86", code)
 	}
@@ -492,7 +493,6 @@ func TestSecureDefaults(t *testing.T) {
 	cfg = testConfig(t, []string{"127.0.0.1:9"})
 	cfg.MQTT.ACL.AnonymousRole = c.MQTT.ACL.AnonymousRole
 	gw, stop = runGateway(t, cfg)
-	defer stop()
 	anon, code := dialV5(t, dial(t, gw.Addr()), "dev-a", "", "")
 	if code != 0 {
 		t.Fatalf("anonymous CONNECT with allow_anonymous: %#x", code)
