@@ -175,7 +175,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			b.log.Warn("mqtt client refused: "+why, "client", cl.ID, "identity", info.identity, "remote", cl.Net.Remote, "suppressed_since_last", held)
 		}
 		// The CONNACK is sent: stop mochi sending its own (0x86).
-		cl.Stop(packets.ErrClientIdentifierNotValid)
+		cl.Stop(fmt.Errorf("connection refused: %s", r))
 		return false
 	}
 	h.clients.Store(cl, info)
