@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -126,15 +127,21 @@ type MQTT struct {
 	// Limits. Each refusal is counted in edgegate_mqtt_refused_total.
 	TopicAliasMaximum int      `yaml:"topic_alias_maximum"`
 	MaxSessionExpiry  Duration `yaml:"max_session_expiry"`
-	MaxClients        int      `yaml:"max_clients"`
-	MaxSubscriptions  int      `yaml:"max_subscriptions_per_client"`
-	ConnectTimeout    Duration `yaml:"connect_timeout"`
-	ConnectRate       float64  `yaml:"connect_rate_per_address"`
-	ConnectBurst      int      `yaml:"connect_burst_per_address"`
-	ConnectRateExempt []string `yaml:"connect_rate_exempt"`
-	PublishRate       float64  `yaml:"publish_rate_per_client"`
-	MaxKeepAlive      Duration `yaml:"max_keep_alive"`
-	WriteTimeout      Duration `yaml:"write_timeout"`
+	// MaxSessions caps the persistent sessions kept (connected or not),
+	// MaxSessionsPerIdentity those of one identity; DeviceClientIDs says
+	// which client ids a device may use (prefixed, identity or any).
+	MaxSessions            int      `yaml:"max_sessions"`
+	MaxSessionsPerIdentity int      `yaml:"max_sessions_per_identity"`
+	DeviceClientIDs        string   `yaml:"device_client_ids"`
+	MaxClients             int      `yaml:"max_clients"`
+	MaxSubscriptions       int      `yaml:"max_subscriptions_per_client"`
+	ConnectTimeout         Duration `yaml:"connect_timeout"`
+	ConnectRate            float64  `yaml:"connect_rate_per_address"`
+	ConnectBurst           int      `yaml:"connect_burst_per_address"`
+	ConnectRateExempt      []string `yaml:"connect_rate_exempt"`
+	PublishRate            float64  `yaml:"publish_rate_per_client"`
+	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
+	WriteTimeout           Duration `yaml:"write_timeout"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -155,15 +162,29 @@ type WebSocket struct {
 	Listen string `yaml:"listen"`
 	// TLS serves wss:// with mqtt.tls's certificate.
 	TLS bool `yaml:"tls"`
+	// AllowedOrigins lists the web origins ("https://dash.example.com")
+	// whose pages may connect. A browser sends its page's origin with
+	// every WebSocket handshake and lets any page on the LAN connect to
+	// any address it can reach; a handshake with an origin not listed is
+	// refused (HTTP 403). Clients that are not browsers send none and are
+	// let in. "*" allows every origin.
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // ACL says which topics each client may publish to and subscribe to.
 type ACL struct {
-	// Users gives an identity a role; every other authenticated identity is
-	// a device.
+	// Users gives a username (of mqtt.users_file) a role; every other user
+	// is a device.
 	Users map[string]string `yaml:"users"`
+	// Certificates gives a client certificate's name (its common name, or
+	// first DNS name) a role; every other certificate is a device. The two
+	// namespaces are separate: a certificate named like an admin user is
+	// not an admin (the CA that signs devices' certificates need not be
+	// trusted with roles).
+	Certificates map[string]string `yaml:"certificates"`
 	// AnonymousRole is the role of clients let in by allow_anonymous. Their
-	// identity is their client id.
+	// identity is their client id. The default, device, keeps each to the
+	// readings of the device its client id names.
 	AnonymousRole string `yaml:"anonymous_role"`
 	// Roles adds roles or replaces the built-in device, subscriber and
 	// admin roles.
@@ -392,18 +413,23 @@ func Default() Config {
 			ClientReadBuffer:  1024,
 			ClientWriteBuffer: 512,
 			ReceiveMaximum:    256,
-			ACL:               ACL{AnonymousRole: "admin"},
+			ACL:               ACL{AnonymousRole: "device"},
 			TopicAliasMaximum: 16,
 			MaxSessionExpiry:  Duration(7 * 24 * time.Hour),
-			MaxClients:        10000,
-			MaxSubscriptions:  32,
-			ConnectTimeout:    Duration(10 * time.Second),
-			ConnectRate:       5,
-			ConnectBurst:      20,
-			ConnectRateExempt: []string{"127.0.0.0/8", "::1/128"},
-			PublishRate:       1000,
-			MaxKeepAlive:      Duration(10 * time.Minute),
-			WriteTimeout:      Duration(10 * time.Second),
+			// A persistent session per client mqtt.max_clients lets in;
+			// a device needs one, a second for an updater at most.
+			MaxSessions:            10000,
+			MaxSessionsPerIdentity: 4,
+			DeviceClientIDs:        "prefixed",
+			MaxClients:             10000,
+			MaxSubscriptions:       32,
+			ConnectTimeout:         Duration(10 * time.Second),
+			ConnectRate:            5,
+			ConnectBurst:           20,
+			ConnectRateExempt:      []string{"127.0.0.0/8", "::1/128"},
+			PublishRate:            1000,
+			MaxKeepAlive:           Duration(10 * time.Minute),
+			WriteTimeout:           Duration(10 * time.Second),
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -828,6 +854,11 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	if m.WebSocket.Listen != "" {
 		checkAddr(add, "mqtt.websocket.listen", m.WebSocket.Listen, false)
 	}
+	for i, o := range m.WebSocket.AllowedOrigins {
+		if err := CheckOrigin(o); err != nil {
+			add(fmt.Sprintf("mqtt.websocket.allowed_origins[%d]", i), "%v", err)
+		}
+	}
 	if (m.TLS.Listen != "" || m.WebSocket.TLS) && (m.TLS.CertFile == "" || m.TLS.KeyFile == "") {
 		add("mqtt.tls.cert_file", "and mqtt.tls.key_file are required for a TLS listener; give the PEM files of the server certificate and its key")
 	}
@@ -853,6 +884,14 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 			add("mqtt.acl.users."+user, "role %q is not defined; use one of %s or add it under mqtt.acl.roles", role, strings.Join(names, ", "))
 		}
 	}
+	for name, role := range m.ACL.Certificates {
+		if _, ok := roles[role]; !ok {
+			add("mqtt.acl.certificates."+name, "role %q is not defined; use one of %s or add it under mqtt.acl.roles", role, strings.Join(names, ", "))
+		}
+	}
+	if len(m.ACL.Certificates) > 0 && m.TLS.ClientCAFile == "" {
+		add("mqtt.acl.certificates", "gives certificates roles, but mqtt.tls.client_ca_file is not set, so no certificate is verified; set it or remove the entries")
+	}
 	if _, ok := roles[m.ACL.AnonymousRole]; !ok {
 		add("mqtt.acl.anonymous_role", "role %q is not defined; use one of %s", m.ACL.AnonymousRole, strings.Join(names, ", "))
 	}
@@ -863,6 +902,15 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	between("mqtt.topic_alias_maximum", m.TopicAliasMaximum, 0, 65535)
 	between("mqtt.max_clients", m.MaxClients, 1, 1_000_000)
+	between("mqtt.max_sessions", m.MaxSessions, 1, 1_000_000)
+	if m.MaxSessionsPerIdentity < 1 || m.MaxSessionsPerIdentity > m.MaxSessions {
+		add("mqtt.max_sessions_per_identity", "%d is out of range; use 1 to mqtt.max_sessions (%d)", m.MaxSessionsPerIdentity, m.MaxSessions)
+	}
+	switch m.DeviceClientIDs {
+	case "prefixed", "identity", "any":
+	default:
+		add("mqtt.device_client_ids", "%q is not a rule; use prefixed (the identity, or the identity, ':' and anything), identity (the identity only) or any (no binding: a device may take over another's session)", m.DeviceClientIDs)
+	}
 	between("mqtt.max_subscriptions_per_client", m.MaxSubscriptions, 1, 100_000)
 	if d := m.MaxSessionExpiry.D(); d < 0 || d > 365*24*time.Hour {
 		add("mqtt.max_session_expiry", "%s is out of range; use 0 (sessions end with their connection) to 8760h", d)
@@ -912,6 +960,15 @@ func (c *Config) Warnings() []string {
 	if c.MQTT.AllowAnonymous && (exposed(c.MQTT.Listen) || exposed(c.MQTT.TLS.Listen) || exposed(c.MQTT.WebSocket.Listen)) {
 		w = append(w, fmt.Sprintf("mqtt.allow_anonymous: anyone who can reach a network listener may connect, with role %q; set it false and give devices credentials", c.MQTT.ACL.AnonymousRole))
 	}
+	if c.MQTT.AllowAnonymous && c.MQTT.ACL.AnonymousRole != "device" {
+		w = append(w, fmt.Sprintf("mqtt.acl.anonymous_role: anonymous clients get role %q whatever client id they send, so each may do all that role allows (with admin: publish as any device, read everything); the default, device, keeps each to the readings of its own client id", c.MQTT.ACL.AnonymousRole))
+	}
+	if c.MQTT.DeviceClientIDs == "any" {
+		w = append(w, "mqtt.device_client_ids: any: a device may connect with another device's client id, taking over its session and disconnecting it; the default, prefixed, binds client ids to identities")
+	}
+	if c.MQTT.WebSocket.Listen != "" && slices.Contains(c.MQTT.WebSocket.AllowedOrigins, "*") {
+		w = append(w, "mqtt.websocket.allowed_origins: \"*\" lets every web page a browser on the network shows connect; list the origins of your dashboards instead")
+	}
 	if c.MQTT.TLS.Listen != "" && c.MQTT.TLS.ClientCAFile == "" && c.MQTT.UsersFile == "" && !c.MQTT.AllowAnonymous {
 		w = append(w, "mqtt.tls: no client_ca_file and no users_file: no client can authenticate")
 	}
@@ -938,6 +995,20 @@ func (c *Config) Roles() map[string]Role {
 	}
 	maps.Copy(roles, c.MQTT.ACL.Roles)
 	return roles
+}
+
+// CheckOrigin reports whether o is a web origin as browsers send it
+// (scheme://host[:port], no path; RFC 6454) or "*".
+func CheckOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q is not a web origin; write scheme://host[:port] as the browser's address bar shows it, e.g. https://dashboard.example.com:8443 (or \"*\" for any)", o)
+	}
+	return nil
 }
 
 // CheckACLFilter reports whether f is a valid MQTT topic filter in which

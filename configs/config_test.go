@@ -148,6 +148,11 @@ func TestWarnings(t *testing.T) {
 		{"mqtt: {listen: ':1883', users_file: u}", []string{"mqtt.listen"}},
 		{"mqtt: {listen: '0.0.0.0:1883', allow_anonymous: true}", []string{"mqtt.listen", "mqtt.allow_anonymous"}},
 		{"mqtt: {listen: '127.0.0.1:1883', allow_anonymous: true}", nil},
+		{"mqtt: {listen: '127.0.0.1:1883', allow_anonymous: true, acl: {anonymous_role: admin}}", []string{"mqtt.acl.anonymous_role"}},
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u, acl: {anonymous_role: admin}}", nil}, // nobody is anonymous
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u, device_client_ids: any}", []string{"mqtt.device_client_ids"}},
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u, websocket: {listen: '127.0.0.1:8884', allowed_origins: ['*']}}", []string{"mqtt.websocket.allowed_origins"}},
+		{"mqtt: {listen: '127.0.0.1:1883', users_file: u, websocket: {listen: '127.0.0.1:8884', allowed_origins: ['https://d.example']}}", nil},
 		{"mqtt: {listen: '', users_file: u, tls: {listen: '0.0.0.0:8883', cert_file: c, key_file: k}, websocket: {listen: '0.0.0.0:8884'}}", []string{"mqtt.websocket.listen"}},
 	} {
 		c, err := Parse([]byte(tc.yaml + "\nkafka: {brokers: ['k:9092']}\n"))

@@ -72,6 +72,7 @@ type Gateway struct {
 	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
 	publishes  atomic.Uint64             // publications on reading topics
 	duplicates atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
+	notAllowed atomic.Uint64             // readings naming a device their publisher may not publish for
 	badEvents  atomic.Uint64             // journal records that could not be decoded
 	suppressed atomic.Uint64             // outputs not made again during replay
 	replayed   atomic.Uint64             // journal events replayed at start
@@ -307,8 +308,10 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		if e.Flags&journal.FlagQoSMask == 2 {
 			g.awaitRel.Add(string(e.Client), e.PID)
 		}
+		g.ing.device = unsafe.String(unsafe.SliceData(e.Device), len(e.Device))
 		g.ingestLocked(unsafe.String(unsafe.SliceData(e.Topic), len(e.Topic)),
 			unsafe.String(unsafe.SliceData(e.Client), len(e.Client)), e.Payload, g.clock)
+		g.ing.device = ""
 	case journal.KindTick:
 		g.agg.Tick()
 	case journal.KindFlush:
@@ -524,8 +527,14 @@ type Stats struct {
 	Retained    int
 	Devices     int
 	Sessions    int // persistent MQTT sessions kept across restarts
+	// SessionsEvicted counts persistent sessions ended early to make room
+	// (mqtt.max_sessions, mqtt.max_sessions_per_identity).
+	SessionsEvicted uint64
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
+	// NotAllowed counts readings dead-lettered as device_not_allowed: they
+	// named a device other than their device-role publisher's own.
+	NotAllowed uint64
 	// MQTTRefused counts the clients and packets the broker turned away,
 	// by reason (see Refusal).
 	MQTTRefused map[string]int64
@@ -581,6 +590,7 @@ func (g *Gateway) Stats() Stats {
 	s.Journal.CheckpointFailures, s.Journal.Replayed = g.cpFailures.Load(), g.replayed.Load()
 	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
 	s.Duplicates = g.duplicates.Load()
+	s.NotAllowed = g.notAllowed.Load()
 	if g.sensors != nil {
 		s.Sensors = g.sensors.Status()
 	}
@@ -592,6 +602,7 @@ func (g *Gateway) Stats() Stats {
 	s.Refused = bs.QuotaRefused
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
+	s.SessionsEvicted = bs.SessionsEvicted
 	s.Outcomes = map[string]uint64{}
 	for o := aggregate.Aggregated; o <= aggregate.TooManySeries; o++ {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -55,6 +55,7 @@ func testConfig(t testing.TB, brokers []string) *configs.Config {
 	c.Gateway.DataDir = t.TempDir()
 	c.MQTT.Listen = "127.0.0.1:0"
 	c.MQTT.AllowAnonymous = true
+	c.MQTT.ACL.AnonymousRole = "admin" // tests choose their client ids freely
 	c.Kafka.Brokers = brokers
 	c.Aggregate.AllowedLateness = configs.Duration(time.Hour)
 	if err := c.Validate(); err != nil {
@@ -399,7 +400,8 @@ func TestAuthentication(t *testing.T) {
 		"cached then bad": {"dev-1", "s3cret ", false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := connect(t, st.gw.Addr(), "c-"+strings.ReplaceAll(name, " ", "-"), tc.user, tc.pass)
+			// A device's client id is its name, ':' and anything.
+			_, err := connect(t, st.gw.Addr(), tc.user+":"+strings.ReplaceAll(name, " ", "-"), tc.user, tc.pass)
 			if (err == nil) != tc.ok {
 				t.Errorf("connect err = %v, want ok=%v", err, tc.ok)
 			}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"errors"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -31,13 +32,28 @@ type ingestHandler struct {
 	g       *Gateway
 	topic   string
 	client  string
+	device  string // if set, the only device the readings may name (journal.FlagDevice)
 	payload []byte
 	now     time.Time
 	dl      DeadLetter // the publication's dead letter so far; Reason is empty while nothing was refused
 	payOnce bool       // the payload is in dl
 }
 
+// ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
+// a device its publisher may not publish for.
+const ReasonDeviceNotAllowed = "device_not_allowed"
+
 func (h *ingestHandler) Reading(r aggregate.Reading) {
+	if h.device != "" && r.Device != h.device {
+		// Decided here, where the device is known (a payload may name
+		// it), from the journaled record alone: replay decides the same.
+		// Like every refusal, it goes into the publication's one dead
+		// letter.
+		h.g.notAllowed.Add(1)
+		detail := "the publisher may publish readings of device " + strconv.Quote(h.device) + " only"
+		h.refuse(DeadItem{Reason: ReasonDeviceNotAllowed, Detail: detail, HasReading: true, Reading: r}, r.Device)
+		return
+	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() {
 		return

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -244,7 +245,7 @@ func TestAuthAndACL(t *testing.T) {
 		{"unknown user", "dev-9", "pw-1", 0x86},
 		{"anonymous", "", "", 0x86},
 	} {
-		if _, code := dialV5(t, dial(t, addr), "c", tc.user, tc.pass); code != tc.want {
+		if _, code := dialV5(t, dial(t, addr), tc.user+":c", tc.user, tc.pass); code != tc.want {
 			t.Errorf("%s: CONNACK %#x, want %#x", tc.name, code, tc.want)
 		}
 	}
@@ -257,7 +258,7 @@ func TestAuthAndACL(t *testing.T) {
 	}
 
 	// PUBLISH and SUBSCRIBE by role.
-	dev, _ := dialV5(t, dial(t, addr), "dev-1-client", "dev-1", "pw-1")
+	dev, _ := dialV5(t, dial(t, addr), "dev-1:client", "dev-1", "pw-1")
 	dash, _ := dialV5(t, dial(t, addr), "dash", "dash", "pw-d")
 	ops, _ := dialV5(t, dial(t, addr), "ops", "ops", "pw-o")
 	for _, tc := range []struct {
@@ -320,7 +321,7 @@ func TestAuthAndACL(t *testing.T) {
 	// a DISCONNECT first, which 3.1.1 clients ignore.)
 	c3 = dial(t, addr)
 	defer c3.Close()
-	c3.Write(v3Connect("c3b", "dev-2", "pw-2"))
+	c3.Write(v3Connect("dev-2", "dev-2", "pw-2"))
 	if f, err := readFrame(c3); err != nil || len(f) != 3 || f[2] != 0 {
 		t.Fatalf("3.1.1 connect: %x %v", f, err)
 	}
@@ -346,7 +347,7 @@ func TestAuthAndACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d3, code := dialV5(t, conn, "any-client-id", "", "")
+	d3, code := dialV5(t, conn, "dev-3:any", "", "")
 	if code != 0 {
 		t.Fatalf("certificate dev-3: CONNACK %#x", code)
 	}
@@ -366,7 +367,7 @@ func TestAuthAndACL(t *testing.T) {
 	if conn, err = tlsDial(); err != nil {
 		t.Fatal(err)
 	}
-	if _, code := dialV5(t, conn, "y", "dev-2", "pw-2"); code != 0 {
+	if _, code := dialV5(t, conn, "dev-2:y", "dev-2", "pw-2"); code != 0 {
 		t.Errorf("TLS with password: CONNACK %#x", code)
 	}
 	// A certificate from another CA fails the handshake.
@@ -432,7 +433,7 @@ func TestTLSReload(t *testing.T) {
 		t.Fatal("certificate changed before reload")
 	}
 	os.WriteFile(cfg.MQTT.UsersFile, []byte(""), 0o600)
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n", "dev-1", "pw-1"); code != 0 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-1:n", "dev-1", "pw-1"); code != 0 {
 		t.Fatalf("before reload: CONNACK %#x", code)
 	}
 	b, _ := os.ReadFile(writeUsers(t, map[string]string{"dev-new": "pw-n"}))
@@ -444,10 +445,10 @@ func TestTLSReload(t *testing.T) {
 	if got := serialOf(); got.Cmp(leaf.SerialNumber) != 0 {
 		t.Errorf("after reload: serial %v, want %v", got, leaf.SerialNumber)
 	}
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n2", "dev-new", "pw-n"); code != 0 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-new", "dev-new", "pw-n"); code != 0 {
 		t.Errorf("new user after reload: CONNACK %#x", code)
 	}
-	if _, code := dialV5(t, dial(t, gw.Addr()), "n3", "dev-1", "pw-1"); code != 0x86 {
+	if _, code := dialV5(t, dial(t, gw.Addr()), "dev-1:n3", "dev-1", "pw-1"); code != 0x86 {
 		t.Errorf("removed user after reload: CONNACK %#x, want 0x86", code)
 	}
 	// A broken file is refused and the old certificate stays.
@@ -474,13 +475,42 @@ func TestSecureDefaults(t *testing.T) {
 	if c.MQTT.AllowAnonymous {
 		t.Error("allow_anonymous defaults to true")
 	}
+	if c.MQTT.ACL.AnonymousRole != "device" {
+		t.Errorf("anonymous_role defaults to %q, want device", c.MQTT.ACL.AnonymousRole)
+	}
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
 	cfg.MQTT.AllowAnonymous = c.MQTT.AllowAnonymous
 	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"dev-1": "pw"})
 	gw, stop := runGateway(t, cfg)
-	defer stop()
+	defer func() { stop() }() // the gateway running when the test ends
 	if _, code := dialV5(t, dial(t, gw.Addr()), "anon", "", ""); code != 0x86 {
 		t.Errorf("anonymous CONNECT: %#x, want 0x86", code)
+	}
+	stop()
+
+	// Anonymous clients allowed, role left at its default: each is the
+	// device its client id names, no more.
+	cfg = testConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.ACL.AnonymousRole = c.MQTT.ACL.AnonymousRole
+	gw, stop = runGateway(t, cfg)
+	anon, code := dialV5(t, dial(t, gw.Addr()), "dev-a", "", "")
+	if code != 0 {
+		t.Fatalf("anonymous CONNECT with allow_anonymous: %#x", code)
+	}
+	for _, tc := range []struct {
+		topic string
+		want  byte
+	}{
+		{"sensors/dev-a/temp", 0},
+		{"sensors/dev-b/temp", 0x87},
+		{"other/topic", 0x87},
+	} {
+		if got := anon.publish(uint16(len(tc.topic)), tc.topic, "1"); got != tc.want {
+			t.Errorf("anonymous dev-a publishing to %s: PUBACK %#x, want %#x", tc.topic, got, tc.want)
+		}
+	}
+	if got := anon.subscribe(1, "#"); got != 0x87 {
+		t.Errorf("anonymous dev-a subscribing to #: SUBACK %#x, want 0x87", got)
 	}
 }
 
@@ -524,7 +554,7 @@ func TestWebSocketListener(t *testing.T) {
 		return resp
 	}
 	ack := roundTrip(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT},
-		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "ws", CleanStart: true, KeepAlive: 30,
+		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "dev-ws", CleanStart: true, KeepAlive: 30,
 			UsernameFlag: true, Username: "dev-ws", PasswordFlag: true, Password: []byte("pw"), Properties: &packets.Properties{}}})
 	if ca, ok := ack.Content.(*packets.Connack); !ok || ca.ReasonCode != 0 {
 		t.Fatalf("CONNACK %v", ack)
@@ -536,5 +566,126 @@ func TestWebSocketListener(t *testing.T) {
 	}
 	if st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] == 1 }); st.Outcomes["aggregated"] != 1 {
 		t.Errorf("aggregated %d, want 1", st.Outcomes["aggregated"])
+	}
+}
+
+// TestWebSocketOrigin: a browser page from an origin not in
+// mqtt.websocket.allowed_origins cannot open the WebSocket (HTTP 403,
+// counted), one from a listed origin can, and so can a client that sends
+// no Origin (not a browser).
+func TestWebSocketOrigin(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"}) // anonymous admins: what a page on the LAN would get
+	cfg.MQTT.WebSocket.Listen = fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t))
+	cfg.MQTT.WebSocket.AllowedOrigins = []string{"https://dash.example.com"}
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := net.Dial("tcp", gw.WebSocketAddr())
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, origin string
+		want         int // HTTP status of the handshake
+	}{
+		{"no origin", "", 101},
+		{"listed origin", "https://dash.example.com", 101},
+		{"listed origin, other case", "HTTPS://Dash.Example.com", 101},
+		{"other origin", "http://evil.example.com", 403},
+		{"listed host, other scheme", "http://dash.example.com", 403},
+		{"the gateway's own address", "http://" + gw.WebSocketAddr(), 403}, // DNS rebinding makes any page look so
+	} {
+		h := http.Header{}
+		if tc.origin != "" {
+			h.Set("Origin", tc.origin)
+		}
+		ws, resp, err := (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+gw.WebSocketAddr()+"/", h)
+		if resp == nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: handshake status %d, want %d", tc.name, resp.StatusCode, tc.want)
+		}
+		if ws != nil {
+			var b bytes.Buffer
+			(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT}, Content: &packets.Connect{ProtocolName: "MQTT",
+				ProtocolVersion: 5, ClientID: "ws-" + strings.ReplaceAll(tc.name, " ", "-"), CleanStart: true, KeepAlive: 30, Properties: &packets.Properties{}}}).WriteTo(&b)
+			ws.WriteMessage(websocket.BinaryMessage, b.Bytes())
+			ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, msg, err := ws.ReadMessage(); err != nil || len(msg) < 4 || msg[0] != 0x20 || msg[3] != 0 {
+				t.Errorf("%s: CONNACK %x (%v), want success", tc.name, msg, err)
+			}
+			ws.Close()
+		}
+	}
+	if n := refused(t, gw, "websocket_origin", 3); n != 3 {
+		t.Errorf("websocket_origin refusals %d, want 3", n)
+	}
+}
+
+// TestCertificateNamespace: certificate names and usernames are separate
+// namespaces for roles. A certificate whose name is that of an admin user
+// is a device; a certificate gets another role only through
+// mqtt.acl.certificates, which gives usernames nothing.
+func TestCertificateNamespace(t *testing.T) {
+	ca := testpki.New(t, "ns-ca")
+	cfg := secureConfig(t, ca) // ops is an admin user
+	cfg.MQTT.ACL.Certificates = map[string]string{"dash-cert": "subscriber"}
+	cfg.MQTT.UsersFile = writeUsers(t, map[string]string{"ops": "pw-o", "dash-cert": "pw-c"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	withCert := func(cn string) *v5 {
+		_, _, pair := ca.Issue(cn, false)
+		conn, err := tls.Dial("tcp", gw.TLSAddr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, code := dialV5(t, conn, cn+":cert", "", "")
+		if code != 0 {
+			t.Fatalf("certificate %s: CONNACK %#x", cn, code)
+		}
+		return c
+	}
+	opsCert, dashCert := withCert("ops"), withCert("dash-cert")
+	dashUser, code := dialV5(t, dial(t, gw.Addr()), "dash-cert:user", "dash-cert", "pw-c")
+	if code != 0 {
+		t.Fatalf("user dash-cert: CONNACK %#x", code)
+	}
+	for _, tc := range []struct {
+		name  string
+		c     *v5
+		topic string
+		want  byte
+	}{
+		{"certificate ops under another device", opsCert, "sensors/dev-2/temp", 0x87},
+		{"certificate ops anywhere", opsCert, "other/topic", 0x87},
+		{"certificate ops to its own readings", opsCert, "sensors/ops/temp", 0},
+		{"certificate dash-cert (subscriber)", dashCert, "sensors/dash-cert/temp", 0x87},
+		{"user dash-cert (a device)", dashUser, "sensors/dash-cert/temp", 0},
+	} {
+		if got := tc.c.publish(uint16(len(tc.name)), tc.topic, "1"); got != tc.want {
+			t.Errorf("%s: PUBACK %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		c      *v5
+		filter string
+		want   byte
+	}{
+		{"certificate ops to #", opsCert, "#", 0x87},
+		{"certificate dash-cert to readings", dashCert, "sensors/+/+", 1},
+		{"user dash-cert to readings", dashUser, "sensors/+/+", 0x87},
+	} {
+		if got := tc.c.subscribe(uint16(len(tc.name)), tc.filter); got != tc.want {
+			t.Errorf("%s: SUBACK %#x, want %#x", tc.name, got, tc.want)
+		}
 	}
 }

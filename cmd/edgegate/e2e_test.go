@@ -85,7 +85,7 @@ func startGateway(t *testing.T, emulator, bin, id, kafka string) *gatewayProc {
 	g := &gatewayProc{mqtt: fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t)), http: fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t)), stderr: &bytes.Buffer{}}
 	cfg := filepath.Join(t.TempDir(), "edgegate.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`gateway: {id: %s, data_dir: %s}
-mqtt: {listen: "%s", allow_anonymous: true}
+mqtt: {listen: "%s", allow_anonymous: true, acl: {anonymous_role: admin}}
 kafka: {brokers: ["%s"]}
 http: {listen: "%s"}
 log: {level: debug}

@@ -43,6 +43,8 @@ var (
 	mCached       = desc("retained_windows_cached", "Closed windows held in memory for late revisions (all are on disk).")
 	mDevices      = desc("devices", "Devices seen since start or restored from the checkpoint.")
 	mSessions     = desc("mqtt_persistent_sessions", "Persistent MQTT sessions kept across restarts.")
+	mNotAllowed   = desc("readings_not_allowed_total", "Readings dead-lettered as device_not_allowed: they named a device other than their publisher's own (a device-role client, e.g. by SenML bn).")
+	mEvicted      = desc("mqtt_sessions_evicted_total", "Persistent MQTT sessions ended early to make room for a new one (mqtt.max_sessions, mqtt.max_sessions_per_identity).")
 	mClients      = desc("mqtt_clients_connected", "MQTT clients connected.")
 	mBytesIn      = desc("mqtt_received_bytes_total", "MQTT bytes received.")
 	mBytesOut     = desc("mqtt_sent_bytes_total", "MQTT bytes sent.")
@@ -72,7 +74,7 @@ var (
 	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
 	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
 	mDevUnlisted  = desc("devices_unlisted", "Devices beyond the first 100, left out of the per-device metrics to bound their cardinality.")
-	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, write_timeout.", "reason")
+	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout.", "reason")
 	mThrottled    = desc("mqtt_publish_throttled_total", "Publications held back to keep a client to mqtt.publish_rate_per_client (delayed, not refused).")
 	mSockets      = desc("mqtt_sockets_open", "MQTT sockets open, including those that have not sent CONNECT yet.")
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
@@ -82,7 +84,7 @@ var (
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
-		mSessions, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
+		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
 		ch <- d
@@ -129,6 +131,8 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mCached, float64(g.Retained))
 	gauge(mDevices, float64(g.Devices))
 	gauge(mSessions, float64(g.Sessions))
+	counter(mEvicted, float64(g.SessionsEvicted))
+	counter(mNotAllowed, float64(g.NotAllowed))
 	gauge(mClients, float64(g.Clients))
 	counter(mBytesIn, float64(g.BytesIn))
 	counter(mBytesOut, float64(g.BytesOut))

@@ -88,20 +88,20 @@ http: {listen: "%s"}
 	}
 	host, port, _ := net.SplitHostPort(plain)
 	_, tport, _ := net.SplitHostPort(secure)
-	tlsArgs := []string{"-h", host, "-p", tport, "--cafile", ca.File, "--cert", devCert, "--key", devKey}
+	tlsArgs := []string{"-h", host, "-p", tport, "-i", "dev-2:pub", "--cafile", ca.File, "--cert", devCert, "--key", devKey}
 	for _, tc := range []struct {
 		name string
 		args []string
 		ok   bool
 		want string // in mosquitto_pub's output
 	}{
-		{"3.1.1 with password", []string{"-h", host, "-p", port, "-V", "mqttv311", "-u", "dev-1", "-P", "pw-1", "-t", "sensors/dev-1/temp"}, true, ""},
-		{"5 with password", []string{"-h", host, "-p", port, "-V", "mqttv5", "-u", "dev-1", "-P", "pw-1", "-t", "sensors/dev-1/temp"}, true, ""},
-		{"wrong password", []string{"-h", host, "-p", port, "-V", "mqttv311", "-u", "dev-1", "-P", "nope", "-t", "sensors/dev-1/temp"}, false, "not authorised"},
+		{"3.1.1 with password", []string{"-h", host, "-p", port, "-V", "mqttv311", "-u", "dev-1", "-i", "dev-1:pub", "-P", "pw-1", "-t", "sensors/dev-1/temp"}, true, ""},
+		{"5 with password", []string{"-h", host, "-p", port, "-V", "mqttv5", "-u", "dev-1", "-i", "dev-1:pub", "-P", "pw-1", "-t", "sensors/dev-1/temp"}, true, ""},
+		{"wrong password", []string{"-h", host, "-p", port, "-V", "mqttv311", "-u", "dev-1", "-i", "dev-1:pub", "-P", "nope", "-t", "sensors/dev-1/temp"}, false, "not authorised"},
 		{"anonymous", []string{"-h", host, "-p", port, "-V", "mqttv5", "-t", "sensors/dev-1/temp"}, false, "Bad user name or password"},
 		{"client certificate", append(tlsArgs, "-V", "mqttv5", "-t", "sensors/dev-2/temp"), true, ""},
 		{"certificate under another device", append(tlsArgs, "-V", "mqttv5", "-t", "sensors/dev-1/temp"), true, "Not authorized"},
-		{"not yet added", []string{"-h", host, "-p", port, "-u", "dev-3", "-P", "pw-3", "-t", "sensors/dev-3/temp"}, false, "not authorised"},
+		{"not yet added", []string{"-h", host, "-p", port, "-u", "dev-3", "-i", "dev-3", "-P", "pw-3", "-t", "sensors/dev-3/temp"}, false, "not authorised"},
 	} {
 		out, err := pub(tc.args...)
 		if (err == nil) != tc.ok || !strings.Contains(strings.ToLower(out), strings.ToLower(tc.want)) {
@@ -114,7 +114,7 @@ http: {listen: "%s"}
 	gw.Process.Signal(syscall.SIGHUP)
 	early := 0 // tries before the gateway had reloaded
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, err := pub("-h", host, "-p", port, "-u", "dev-3", "-P", "pw-3", "-t", "sensors/dev-3/temp")
+		out, err := pub("-h", host, "-p", port, "-u", "dev-3", "-i", "dev-3", "-P", "pw-3", "-t", "sensors/dev-3/temp")
 		if err == nil {
 			break
 		}

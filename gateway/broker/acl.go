@@ -19,14 +19,17 @@ type aclRole struct {
 }
 
 // acl decides what each client may publish to and subscribe to.
+// Usernames and certificate names are separate namespaces: each has its
+// own map to roles, and whoever is in neither is a device.
 type acl struct {
 	roles     map[string]*aclRole
-	users     map[string]*aclRole // identity → role; others are devices
+	users     map[string]*aclRole // username → role
+	certs     map[string]*aclRole // certificate name → role
 	anonymous *aclRole
 }
 
-func newACL(roles map[string]Role, users map[string]string, anonymous string) (*acl, error) {
-	a := &acl{roles: map[string]*aclRole{}, users: map[string]*aclRole{}}
+func newACL(roles map[string]Role, users, certs map[string]string, anonymous string) (*acl, error) {
+	a := &acl{roles: map[string]*aclRole{}, users: map[string]*aclRole{}, certs: map[string]*aclRole{}}
 	for name, r := range roles {
 		ar := &aclRole{name: name}
 		for _, f := range r.Publish {
@@ -44,6 +47,13 @@ func newACL(roles map[string]Role, users map[string]string, anonymous string) (*
 		}
 		a.users[user] = r
 	}
+	for name, role := range certs {
+		r, ok := a.roles[role]
+		if !ok {
+			return nil, fmt.Errorf("mqtt.acl.certificates.%s: no role %q", name, role)
+		}
+		a.certs[name] = r
+	}
 	var ok bool
 	if a.anonymous, ok = a.roles[anonymous]; !ok {
 		return nil, fmt.Errorf("mqtt.acl.anonymous_role: no role %q", anonymous)
@@ -54,9 +64,17 @@ func newACL(roles map[string]Role, users map[string]string, anonymous string) (*
 	return a, nil
 }
 
-// role returns the role of an authenticated identity.
-func (a *acl) role(identity string) *aclRole {
-	if r, ok := a.users[identity]; ok {
+// userRole returns the role of a user of the users file.
+func (a *acl) userRole(user string) *aclRole {
+	if r, ok := a.users[user]; ok {
+		return r
+	}
+	return a.roles["device"]
+}
+
+// certRole returns the role of a verified client certificate's name.
+func (a *acl) certRole(name string) *aclRole {
+	if r, ok := a.certs[name]; ok {
 		return r
 	}
 	return a.roles["device"]
@@ -113,11 +131,20 @@ func fill(level, user, cid string) (string, bool) {
 	return level, true
 }
 
+// sysTopic reports whether a topic or filter is under $SYS, as mochi
+// tells it (case-insensitively; it drops client publications there).
+func sysTopic(s string) bool {
+	return len(s) >= len("$SYS") && strings.EqualFold(s[:len("$SYS")], "$SYS")
+}
+
 // matchTopic matches a topic name against a split ACL filter without
-// allocating. As in MQTT, a filter starting with a wildcard does not match
-// a topic starting with '$'.
+// allocating. A filter starting with a wildcard covers topics starting
+// with '$' (an application's own "$app/..." namespace: admin's "#" may
+// publish there), except $SYS, the broker's own, which a filter must
+// name. (Subscriptions match by MQTT's rule, where a leading wildcard
+// matches no '$' topic [MQTT-4.7.2-1]; mochi applies it before asking.)
 func matchTopic(f []string, topic, user, cid string) bool {
-	if strings.HasPrefix(topic, "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+	if sysTopic(topic) && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
 		return false
 	}
 	rest, done := topic, false
@@ -150,7 +177,7 @@ func within(f []string, req, user, cid string) bool {
 		}
 		rl = rl[2:]
 	}
-	if len(rl) > 0 && strings.HasPrefix(rl[0], "$") && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
+	if len(rl) > 0 && sysTopic(rl[0]) && len(f) > 0 && (f[0] == "#" || f[0] == "+") {
 		return false
 	}
 	if len(rl) > 0 && (rl[0] == "#" || rl[0] == "+") && len(f) > 0 && strings.HasPrefix(f[0], "$") {

@@ -23,6 +23,9 @@ func TestMatchTopic(t *testing.T) {
 		{"#", "anything/at/all", true},
 		{"#", "$SYS/broker", false},
 		{"+/x", "$SYS/x", false},
+		{"#", "$app/x", true}, // '$' topics other than $SYS are covered
+		{"+/x", "$app/x", true},
+		{"#", "$sys/x", false}, // as mochi tells $SYS: case-insensitively
 		{"$SYS/#", "$SYS/broker/load", true},
 		{"a/b", "a/b", true},
 		{"a/b", "a/c", false},
@@ -62,6 +65,8 @@ func TestWithin(t *testing.T) {
 		{"commands/{username}/#", "commands/dev-2/#", false},
 		{"#", "#", true},
 		{"#", "$SYS/#", false},
+		{"#", "$app/#", true},
+		{"+/#", "$app/#", true},
 		{"$SYS/#", "$SYS/#", true},
 		{"$SYS/#", "#", false},
 		{"sensors/+/+", "$share/g/sensors/+/+", true},

@@ -33,7 +33,9 @@ import (
 type Journal interface {
 	// Publish journals a publication; with ack set, the journal sends the
 	// PUBACK (through Broker.WriteAcks, to ackTo) once it is durable.
-	Publish(client string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
+	// device, if not empty, is the only device the publication's readings
+	// may name.
+	Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
 	SessionStart(client string, s journal.Session) error
 	SessionEnd(client string) error
 	Subscribe(client, filter string, s journal.Subscription) error
@@ -62,10 +64,12 @@ type Options struct {
 	AllowAnonymous bool
 	UsersFile      string // "username:bcrypt-hash" lines; empty: no users
 	// Roles are the ACL roles by name (device, subscriber, admin and any
-	// configured); Users gives an identity a role (others are devices);
+	// configured); Users gives a username a role and CertRoles a client
+	// certificate's name (separate namespaces; others are devices);
 	// AnonymousRole is the role of anonymous clients.
 	Roles         map[string]Role
 	Users         map[string]string
+	CertRoles     map[string]string
 	AnonymousRole string
 
 	MaxPacket         int // bytes
@@ -75,14 +79,20 @@ type Options struct {
 	ClientWriteBuffer int // bytes
 	TopicAliasMaximum int
 	MaxSessionExpiry  time.Duration
-	MaxClients        int
-	MaxSubscriptions  int           // per client
-	ConnectTimeout    time.Duration // from accept to CONNECT
-	ConnectRate       float64       // new connections per second per source address; 0: no limit
-	ConnectBurst      int
-	ConnectRateExempt []string // CIDR prefixes
-	PublishRate       float64  // publications per second per client; 0: no limit
-	MaxKeepAlive      time.Duration
+	// MaxSessions and MaxSessionsPerIdentity cap the persistent sessions
+	// kept, connected or not; ClientIDs binds device client ids to their
+	// identity.
+	MaxSessions            int
+	MaxSessionsPerIdentity int
+	ClientIDs              ClientIDRule
+	MaxClients             int
+	MaxSubscriptions       int           // per client
+	ConnectTimeout         time.Duration // from accept to CONNECT
+	ConnectRate            float64       // new connections per second per source address; 0: no limit
+	ConnectBurst           int
+	ConnectRateExempt      []string // CIDR prefixes
+	PublishRate            float64  // publications per second per client; 0: no limit
+	MaxKeepAlive           time.Duration
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.
 	WriteTimeout time.Duration
@@ -103,6 +113,10 @@ type TLSOptions struct {
 type WebSocketOptions struct {
 	Listen string // empty: no WebSocket listener
 	TLS    bool   // wss://, with the TLS listener's certificate
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages may connect, "*" for any; a handshake with another Origin
+	// header is refused. Clients that send none (not browsers) connect.
+	AllowedOrigins []string
 }
 
 // Role is a set of topic filters, in which {username} stands for the
@@ -157,7 +171,7 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	if err != nil {
 		return nil, err
 	}
-	rules, err := newACL(o.Roles, o.Users, o.AnonymousRole)
+	rules, err := newACL(o.Roles, o.Users, o.CertRoles, o.AnonymousRole)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +232,7 @@ func (b *Broker) Listen(j Journal) error {
 		if o.WebSocket.TLS {
 			lc.TLSConfig = b.tls.Config()
 		}
-		if b.wsAddr, err = add("mqtt.websocket.listen", listeners.NewWebsocket(lc)); err != nil {
+		if b.wsAddr, err = add("mqtt.websocket.listen", newWSListener(lc.ID, lc.Address, lc.TLSConfig, o.WebSocket.AllowedOrigins, b)); err != nil {
 			return err
 		}
 	}
@@ -310,6 +324,10 @@ type Stats struct {
 	Refused      map[string]int64 // clients and packets turned away, by reason (see Refusal)
 	Throttled    uint64           // publications held back by PublishRate
 	QuotaRefused uint64           // QoS 1/2 publications refused because the output was full
+	Sessions     int              // persistent sessions held, connected or not
+	// SessionsEvicted counts persistent sessions ended early to make room
+	// for a new one (MaxSessions, MaxSessionsPerIdentity).
+	SessionsEvicted uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -322,6 +340,9 @@ func (b *Broker) Stats() Stats {
 		Refused:      b.mqttRefused.snapshot(),
 		Throttled:    b.throttled.Load(),
 		QuotaRefused: b.quota.Load(),
+		Sessions:     b.hook.sessions.len(),
+
+		SessionsEvicted: b.hook.sessions.evicted.Load(),
 	}
 }
 

@@ -26,13 +26,64 @@ type hook struct {
 	acl   *acl
 	conns *connLimiter
 
-	clients sync.Map // *mqtt.Client → *clientInfo, while connected
+	clients  sync.Map // *mqtt.Client → *clientInfo, while connected
+	subs     subCount
+	sessions sessions // persistent sessions, by client id
+}
+
+// subCount mirrors the subscriptions mochi's topic index holds, by client
+// id and filter, from the hook's own events, so that OnPublish can tell
+// cheaply that nobody is subscribed. mochi's Info.Subscriptions cannot be
+// trusted for that: its UNSUBSCRIBE counts a subscription removed whenever
+// the filter's node exists in the index (another client's subscription, a
+// retained message), whether or not the client had subscribed, so the
+// count reaches 0 with subscribers left and their messages would not be
+// routed. Here only what was added is removed.
+type subCount struct {
+	mu    sync.Mutex
+	by    map[string]map[string]struct{} // client id → filters
+	total atomic.Int64
+}
+
+// none reports that no client is subscribed to anything.
+func (s *subCount) none() bool { return s.total.Load() == 0 }
+
+func (s *subCount) add(client, filter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[string]map[string]struct{}{}
+	}
+	fs := s.by[client]
+	if fs == nil {
+		fs = map[string]struct{}{}
+		s.by[client] = fs
+	}
+	if _, ok := fs[filter]; !ok {
+		fs[filter] = struct{}{}
+		s.total.Add(1)
+	}
+}
+
+func (s *subCount) remove(client, filter string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fs := s.by[client]
+	if _, ok := fs[filter]; !ok {
+		return
+	}
+	delete(fs, filter)
+	if len(fs) == 0 {
+		delete(s.by, client)
+	}
+	s.total.Add(-1)
 }
 
 // clientInfo is what the hook knows of a connected client.
 type clientInfo struct {
-	identity string
-	role     *aclRole
+	identity  string
+	anonymous bool // identity is the client id
+	role      *aclRole
 	// publish is the client's publish rate bucket. Only the client's own
 	// read goroutine (OnPublish) touches it.
 	publish tokenBucket
@@ -44,6 +95,8 @@ type clientInfo struct {
 	// address the journal is given for them.
 	acks ackWriter
 }
+
+func (i *clientInfo) owner() owner { return owner{name: i.identity, anonymous: i.anonymous} }
 
 func (h *hook) ID() string { return "edgegate" }
 
@@ -107,18 +160,27 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		if user != "" && user != id {
 			return refuse(fmt.Sprintf("username differs from the client certificate's identity %q", id))
 		}
-		info = &clientInfo{identity: id, role: h.acl.role(id)}
+		info = &clientInfo{identity: id, role: h.acl.certRole(id)}
 		cl.Properties.Username = []byte(id)
 	case user == "" && len(pk.Connect.Password) == 0:
 		if !h.auth.anonymous {
 			return refuse("no credentials, and mqtt.allow_anonymous is false")
 		}
-		info = &clientInfo{identity: cl.ID, role: h.acl.anonymous}
+		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.anonymous}
 	default:
 		if !h.auth.check(user, pk.Connect.Password) {
 			return refuse("bad username or password")
 		}
-		info = &clientInfo{identity: user, role: h.acl.role(user)}
+		info = &clientInfo{identity: user, role: h.acl.userRole(user)}
+	}
+	if r, why, ok := h.admitSession(cl, info); !ok {
+		b.mqttRefused[r].Add(1)
+		if ok, held := b.logLimiter.Allow("session", b.now()); ok {
+			b.log.Warn("mqtt client refused: "+why, "client", cl.ID, "identity", info.identity, "remote", cl.Net.Remote, "suppressed_since_last", held)
+		}
+		// The CONNACK is sent: stop mochi sending its own (0x86).
+		cl.Stop(fmt.Errorf("connection refused: %s", r))
+		return false
 	}
 	info.acks.cl = cl
 	h.clients.Store(cl, info)
@@ -243,7 +305,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 			}
 		}()
 	}
-	noSubscribers := atomic.LoadInt64(&b.server.Info.Subscriptions) == 0
+	noSubscribers := h.subs.none()
 	if !b.in.ReadingTopic(pk.TopicName) {
 		if !pk.FixedHeader.Retain && noSubscribers {
 			return pk, packets.CodeSuccessIgnore
@@ -275,7 +337,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 	if async {
 		info.acks.promise()
 	}
-	batch, err := b.j.Publish(cl.ID, &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	batch, err := b.j.Publish(cl.ID, h.ownDevice(cl), &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
 		err = batch.Wait()
 		// mochi acknowledges this one: after the journal's PUBACKs of
@@ -327,6 +389,21 @@ func (h *hook) overReceiveMaximum(cl *mqtt.Client) error {
 	return packets.ErrRejectPacket
 }
 
+// ownDevice returns the only device a client's readings may name: its
+// identity, for the device role (whose ACL binds the {device} level of
+// reading topics to it, and which must not name another device in a
+// payload either, e.g. SenML's bn on a topic without {device}); empty
+// for other roles. The journal records it, so that the applier, which
+// knows the device only after decoding, decides the same at replay.
+func (h *hook) ownDevice(cl *mqtt.Client) string {
+	if v, ok := h.clients.Load(cl); ok {
+		if info := v.(*clientInfo); info.role == h.acl.roles["device"] {
+			return info.identity
+		}
+	}
+	return ""
+}
+
 // persistent reports whether cl's session outlives its connection.
 func persistent(cl *mqtt.Client) bool {
 	if cl.Properties.ProtocolVersion == 5 {
@@ -345,8 +422,12 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 	}
 	if pk.Connect.Clean || !persistent(cl) {
 		h.b.j.SessionEnd(cl.ID)
+		h.sessions.remove(cl.ID)
 	}
 	if persistent(cl) {
+		if v, ok := h.clients.Load(cl); ok {
+			h.sessions.set(cl.ID, v.(*clientInfo).owner(), true, time.Time{})
+		}
 		h.b.j.SessionStart(cl.ID, journal.Session{Proto: cl.Properties.ProtocolVersion, Expiry: cl.Properties.Props.SessionExpiryInterval,
 			Username: string(cl.Properties.Username), Listener: cl.Net.Listener})
 	}
@@ -356,14 +437,36 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 // connection.
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	h.clients.Delete(cl)
-	if expire && !cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	if expire {
 		h.b.j.SessionEnd(cl.ID)
 	}
+	if cl.IsTakenOver() {
+		return // the session, if any, is the new connection's
+	}
+	if expire {
+		h.sessions.remove(cl.ID)
+		return
+	}
+	// Away (or restored at start, when mochi calls this for each
+	// session): a named client's identity was its username.
+	o := owner{name: string(cl.Properties.Username)}
+	if o.name == "" {
+		o = owner{name: cl.ID, anonymous: true}
+	}
+	h.sessions.away(cl.ID, o, h.b.now().Add(h.b.sessionExpiry(cl)))
 }
 
 // OnClientExpired journals the end of a session that outlived its
-// connection and has now expired.
-func (h *hook) OnClientExpired(cl *mqtt.Client) { h.b.j.SessionEnd(cl.ID) }
+// connection and has now expired, and removes its subscriptions: mochi
+// forgets the client but would leave them in its topic index for good.
+func (h *hook) OnClientExpired(cl *mqtt.Client) {
+	h.sessions.remove(cl.ID)
+	h.b.server.UnsubscribeClient(cl)
+	h.b.j.SessionEnd(cl.ID)
+}
 
 // OnPacketRead journals the end of a QoS 2 exchange a client began, as
 // its PUBREL is read, and waits until that is durable: mochi sends
@@ -468,11 +571,12 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 	if v, ok := h.clients.Load(cl); ok {
 		v.(*clientInfo).subscribing.Store(nil)
 	}
-	if cl.Net.Inline {
-		return
-	}
 	for i, f := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
+			continue
+		}
+		h.subs.add(cl.ID, f.Filter)
+		if cl.Net.Inline {
 			continue
 		}
 		h.b.j.Subscribe(cl.ID, f.Filter, journal.Subscription{QoS: f.Qos, RetainHandling: f.RetainHandling, NoLocal: f.NoLocal,
@@ -482,13 +586,18 @@ func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 
 // OnUnsubscribed journals the end of subscriptions. When a session is
 // taken over, mochi unsubscribes the old connection after the new one has
-// inherited its subscriptions: that is not an end.
+// inherited its subscriptions: that is not an end. (A clean start that
+// takes over a session unsubscribes it before marking it taken over: an
+// end, which mochi's index shows too.)
 func (h *hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
-	if cl.Net.Inline || cl.IsTakenOver() {
+	if cl.IsTakenOver() {
 		return
 	}
 	for _, f := range pk.Filters {
-		h.b.j.Unsubscribe(cl.ID, f.Filter)
+		h.subs.remove(cl.ID, f.Filter)
+		if !cl.Net.Inline {
+			h.b.j.Unsubscribe(cl.ID, f.Filter)
+		}
 	}
 }
 
@@ -503,11 +612,12 @@ func (h *hook) StoredSubscriptions() ([]storage.Subscription, error) {
 		for f, s := range subs {
 			v = append(v, storage.Subscription{T: storage.SubscriptionKey, ID: id + ":" + f, Client: id, Filter: f, Qos: s.QoS,
 				RetainHandling: s.RetainHandling, NoLocal: s.NoLocal, RetainAsPublished: s.RetainAsPublished, Identifier: s.Identifier})
+			h.subs.add(id, f)
 		}
 	}
-	// mochi does not count the subscriptions it loads, and OnPublish
-	// routes publications only when the count is non-zero: count them
-	// here, before the listeners accept anyone.
+	// mochi does not count the subscriptions it loads (its $SYS topics
+	// report the count): count them here, before the listeners accept
+	// anyone.
 	atomic.AddInt64(&h.b.server.Info.Subscriptions, int64(len(v)))
 	return v, nil
 }

@@ -41,12 +41,16 @@ const (
 	RefusedPanic                            // the packet decoder panicked; the connection was closed
 	RefusedTLSHandshake                     // TLS handshake failed: old version, unknown client CA, not TLS
 	RefusedWriteTimeout                     // disconnected: a write waited mqtt.write_timeout (the client does not read)
+	RefusedWebSocketOrigin                  // HTTP 403: a WebSocket handshake from a web origin not in mqtt.websocket.allowed_origins
+	RefusedClientID                         // CONNACK 0x85 / 3.1.1 code 2: client id not the identity's, or another's
+	RefusedSessionLimit                     // CONNACK 0x97 / 3.1.1 code 3: mqtt.max_sessions(_per_identity), every session connected
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
-	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout"}
+	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout", "websocket_origin",
+	"client_id_not_allowed", "session_limit"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync/atomic"
 )
 
@@ -89,8 +90,10 @@ func certIdentity(c net.Conn) (string, bool, error) {
 	if id == "" && len(leaf.DNSNames) > 0 {
 		id = leaf.DNSNames[0]
 	}
-	if !identityLevel(id) {
-		return "", true, errors.New("client certificate has no usable identity: its common name (or first DNS name) must be non-empty and free of '/', '+' and '#'")
+	if !identityLevel(id) || strings.Contains(id, ClientIDSeparator) {
+		// ':' ends the identity in a client id (ClientIDPrefixed), and
+		// no username has one either.
+		return "", true, errors.New("client certificate has no usable identity: its common name (or first DNS name) must be non-empty and free of '/', '+', '#' and ':'")
 	}
 	return id, true, nil
 }

@@ -62,40 +62,78 @@ func LoadUsers(path string) (Users, error) {
 // of milliseconds on a Pi; after one succeeds, a SHA-256 of the password is
 // cached so that a reconnect storm of thousands of devices does not pin the
 // CPU.
+//
+// A refusal costs the same whether the username exists or not: an unknown
+// one is compared against a dummy hash of the users' bcrypt cost, so the
+// time of an answer does not tell which usernames exist.
 type authenticator struct {
 	anonymous bool
+	// compare is bcrypt.CompareHashAndPassword (a test sees what runs).
+	compare func(hash, password []byte) error
 
 	mu       sync.Mutex
 	users    Users
+	dummy    []byte // compared against for unknown usernames
 	verified map[string][sha256.Size]byte
+}
+
+// dummySalted is a bcrypt salt and hash (of no password anyone uses) that
+// dummyHash puts behind a cost: comparing against it costs as much as
+// against any hash of that cost, and never matches.
+const dummySalted = "kixiSB/IeQcbChI37Bf.suBygAoVYvF9jq87/0.glMghbSYMqcqpu"
+
+// dummyHash returns a hash to compare unknown usernames against: of the
+// cost most of the users' hashes have (the higher on a tie), or bcrypt's
+// default cost, which edgegate passwd writes, when there are no users.
+func dummyHash(u Users) []byte {
+	n := map[int]int{}
+	cost := bcrypt.DefaultCost
+	for _, h := range u {
+		c, err := bcrypt.Cost(h)
+		if err != nil {
+			continue // LoadUsers refuses such a file
+		}
+		n[c]++
+		if n[c] > n[cost] || n[c] == n[cost] && c > cost {
+			cost = c
+		}
+	}
+	return fmt.Appendf(nil, "$2a$%02d$%s", cost, dummySalted)
 }
 
 // setUsers replaces the users (the file was reloaded).
 func (a *authenticator) setUsers(u Users) {
+	dummy := dummyHash(u)
 	a.mu.Lock()
-	a.users, a.verified = u, map[string][sha256.Size]byte{}
+	a.users, a.dummy, a.verified = u, dummy, map[string][sha256.Size]byte{}
 	a.mu.Unlock()
 }
 
 func newAuthenticator(users Users, anonymous bool) *authenticator {
-	return &authenticator{users: users, anonymous: anonymous, verified: map[string][sha256.Size]byte{}}
+	a := &authenticator{anonymous: anonymous, compare: bcrypt.CompareHashAndPassword}
+	a.setUsers(users)
+	return a
 }
 
 // check verifies credentials; anonymous clients are decided by the hook
-// before it gets here.
+// before it gets here. Every refusal costs one bcrypt comparison.
 func (a *authenticator) check(user string, password []byte) bool {
 	sum := sha256.Sum256(password)
 	a.mu.Lock()
 	hash, ok := a.users[user]
 	cached, hit := a.verified[user]
+	dummy := a.dummy
 	a.mu.Unlock()
 	if !ok {
-		return false // credentials were given, and they are wrong
+		// Credentials were given, and they are wrong; take as long to
+		// say so as for a known user.
+		_ = a.compare(dummy, password)
+		return false
 	}
 	if hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
 		return true
 	}
-	if bcrypt.CompareHashAndPassword(hash, password) != nil {
+	if a.compare(hash, password) != nil {
 		return false
 	}
 	a.mu.Lock()

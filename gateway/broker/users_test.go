@@ -1,11 +1,73 @@
 package broker
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 )
+
+// TestRefusalCostsABcrypt: an unknown username costs the same bcrypt
+// comparison as a known one with a wrong password, against a dummy hash of
+// the users' cost, so that the time of a refusal does not tell which
+// usernames exist. Asserted by what runs, not by timing.
+func TestRefusalCostsABcrypt(t *testing.T) {
+	const cost = bcrypt.MinCost + 1
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw-1"), cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuthenticator(Users{"dev-1": hash}, false)
+	type call struct {
+		hash []byte
+		err  error
+	}
+	var calls []call
+	a.compare = func(h, pw []byte) error {
+		err := bcrypt.CompareHashAndPassword(h, pw)
+		calls = append(calls, call{h, err})
+		return err
+	}
+	for _, tc := range []struct {
+		name, user, pass string
+		want             bool
+	}{
+		{"known user, wrong password", "dev-1", "pw-2", false},
+		{"unknown user", "dev-9", "pw-1", false},
+		{"unknown user, empty password", "dev-9", "", false},
+		{"known user, right password", "dev-1", "pw-1", true},
+	} {
+		calls = nil
+		if got := a.check(tc.user, []byte(tc.pass)); got != tc.want {
+			t.Errorf("%s: check = %v, want %v", tc.name, got, tc.want)
+		}
+		if len(calls) != 1 {
+			t.Errorf("%s: %d bcrypt comparisons, want 1", tc.name, len(calls))
+			continue
+		}
+		c := calls[0]
+		if got, err := bcrypt.Cost(c.hash); err != nil || got != cost {
+			t.Errorf("%s: compared against a hash of cost %d (%v), want %d", tc.name, got, err, cost)
+		}
+		// A malformed dummy would fail at once, before any hashing.
+		if want := bcrypt.ErrMismatchedHashAndPassword; !tc.want && !errors.Is(c.err, want) {
+			t.Errorf("%s: comparison said %v, want %v", tc.name, c.err, want)
+		}
+	}
+	// Without users, an unknown user still costs a comparison, at
+	// bcrypt's default cost (what edgegate passwd writes).
+	a.setUsers(Users{})
+	calls = nil
+	if a.check("dev-1", []byte("pw-1")) || len(calls) != 1 {
+		t.Fatalf("no users: %d comparisons, want 1", len(calls))
+	}
+	if got, _ := bcrypt.Cost(calls[0].hash); got != bcrypt.DefaultCost {
+		t.Errorf("no users: dummy hash of cost %d, want %d", got, bcrypt.DefaultCost)
+	}
+}
 
 // TestUpdateUsersFileChecksBeforeReplacing: a change that leaves a file
 // the gateway cannot load (here a line another tool wrote) is refused
@@ -17,7 +79,9 @@ func TestUpdateUsersFileChecksBeforeReplacing(t *testing.T) {
 	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	hash := func() ([]byte, error) { return []byte("$2a$10$abcdefghijklmnopqrstuuM0XKfGrszEDAnwxF4UUvFNa/KdE3IPe"), nil }
+	hash := func() ([]byte, error) {
+		return []byte("$2a$10$abcdefghijklmnopqrstuuM0XKfGrszEDAnwxF4UUvFNa/KdE3IPe"), nil
+	}
 	err := UpdateUsersFile(path, "dev-1", false, hash)
 	if err == nil || !strings.Contains(err.Error(), "would not load") {
 		t.Fatalf("UpdateUsersFile = %v, want a refusal", err)

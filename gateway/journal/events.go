@@ -28,6 +28,10 @@ const (
 	FlagQoSMask = 0x03
 	FlagDup     = 0x04
 	FlagRetain  = 0x08
+	// FlagDevice: the record names, after the client id, the one device
+	// the publisher may publish readings of (a client of the device role:
+	// its identity). Records without it (older ones too) name none.
+	FlagDevice = 0x10
 )
 
 // Event is a decoded journal record. Byte slices alias the record.
@@ -37,6 +41,7 @@ type Event struct {
 	Flags   byte
 	PID     uint16
 	Client  []byte
+	Device  []byte // with FlagDevice: the only device its readings may name
 	Topic   []byte
 	Payload []byte
 	Session Session
@@ -61,11 +66,23 @@ func appendString(b []byte, s string) []byte {
 
 // AppendPublish appends a publish event to b.
 func AppendPublish(b []byte, at int64, flags byte, pid uint16, client, topic string, payload []byte) []byte {
+	return AppendPublishAs(b, at, flags&^FlagDevice, pid, client, "", topic, payload)
+}
+
+// AppendPublishAs appends a publish event to b whose readings may name
+// device only (none: any), with FlagDevice.
+func AppendPublishAs(b []byte, at int64, flags byte, pid uint16, client, device, topic string, payload []byte) []byte {
+	if device != "" {
+		flags |= FlagDevice
+	}
 	b = append(b, KindPublish)
 	b = binary.AppendVarint(b, at)
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(pid))
 	b = appendString(b, client)
+	if device != "" {
+		b = appendString(b, device)
+	}
 	b = appendString(b, topic)
 	return append(b, payload...)
 }
@@ -194,6 +211,9 @@ func DecodeEvent(rec []byte) (Event, error) {
 		}
 		e.PID = uint16(pid)
 		e.Client = r.bytes()
+		if e.Flags&FlagDevice != 0 {
+			e.Device = r.bytes()
+		}
 		e.Topic = r.bytes()
 		e.Payload = r.b
 		r.b = nil

@@ -124,16 +124,16 @@ func (j *Journal) end(b *Batch) {
 	}
 }
 
-// Publish journals a publication from client. With ack set, a PUBACK for
-// it is handed to the Ack function, addressed to ackTo, once it is
-// durable. It returns the batch; its Wait returns once the batch is
-// durable.
-func (j *Journal) Publish(client string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, error) {
+// Publish journals a publication from client, whose readings may name
+// device only (empty: any). With ack set, a PUBACK for it is handed to
+// the Ack function, addressed to ackTo, once it is durable. It returns
+// the batch; its Wait returns once the batch is durable.
+func (j *Journal) Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, error) {
 	b, at, err := j.begin()
 	if err != nil {
 		return nil, err
 	}
-	b.buf = AppendPublish(b.buf, at, flags, pid, client, topic, payload)
+	b.buf = AppendPublishAs(b.buf, at, flags, pid, client, device, topic, payload)
 	if ack {
 		b.acks = append(b.acks, PendingAck{ackTo, pid})
 	}

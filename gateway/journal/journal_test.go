@@ -23,6 +23,12 @@ func TestEventRoundTrip(t *testing.T) {
 			Event{Kind: KindPublish, At: -5, Flags: 1 | FlagDup, PID: 65535, Client: []byte("dev-1"), Topic: []byte("sensors/dev-1/t"), Payload: []byte("21.5")}},
 		{"publish empty payload", AppendPublish(nil, 7, 0, 0, "", "t", nil),
 			Event{Kind: KindPublish, At: 7, Client: []byte{}, Topic: []byte("t"), Payload: []byte{}}},
+		{"publish naming its device", AppendPublishAs(nil, 8, 1, 2, "dev-1:ota", "dev-1", "senml", []byte("[]")),
+			Event{Kind: KindPublish, At: 8, Flags: 1 | FlagDevice, PID: 2, Client: []byte("dev-1:ota"), Device: []byte("dev-1"), Topic: []byte("senml"), Payload: []byte("[]")}},
+		// The layout before FlagDevice existed, byte for byte: it decodes
+		// as it did, naming no device.
+		{"publish, older layout", []byte{'P', 0x0a, 0x01, 0x03, 0x02, 'd', '1', 0x01, 't', '9'},
+			Event{Kind: KindPublish, At: 5, Flags: 1, PID: 3, Client: []byte("d1"), Topic: []byte("t"), Payload: []byte("9")}},
 		{"tick", appendClock(nil, KindTick, 1e18), Event{Kind: KindTick, At: 1e18}},
 		{"flush", appendClock(nil, KindFlush, 3), Event{Kind: KindFlush, At: 3}},
 		{"session start", appendSessionStart(nil, 9, "c", Session{Proto: 5, Expiry: 3600, Username: "u", Listener: "tcp"}),

@@ -1,0 +1,234 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// wsListener serves MQTT over WebSocket (the "mqtt" subprotocol, one
+// binary message per write). It replaces mochi's listeners.Websocket,
+// whose upgrader accepts a handshake from any Origin and cannot be told
+// otherwise: a browser lets every page it shows open a WebSocket to any
+// address it can reach, so any web page opened on the LAN could connect.
+// A handshake whose Origin header is not allowed gets HTTP 403 and is
+// counted (websocket_origin). Clients that are not browsers send no
+// Origin and are let in.
+//
+// The gateway's own address is not an allowed origin: it serves no web
+// pages on this port, and a page that rebinds its DNS name to the
+// gateway's address would look same-origin.
+//
+// It binds its address in Init (so Address is the real one at once, and
+// an address in use is an error of New), and serves in Serve until Close.
+type wsListener struct {
+	id, addr string
+	tls      *tls.Config // nil: ws://
+	b        *Broker
+	origins  map[string]bool // lower-cased; "*": any
+	upgrader websocket.Upgrader
+
+	mu        sync.Mutex
+	ln        net.Listener
+	srv       *http.Server
+	establish listeners.EstablishFn
+}
+
+var _ listeners.Listener = (*wsListener)(nil)
+
+func newWSListener(id, addr string, tlsConf *tls.Config, allowed []string, b *Broker) *wsListener {
+	l := &wsListener{id: id, addr: addr, tls: tlsConf, b: b, origins: map[string]bool{}}
+	for _, o := range allowed {
+		l.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
+	}
+	l.upgrader = websocket.Upgrader{Subprotocols: []string{"mqtt"}, CheckOrigin: l.checkOrigin}
+	return l
+}
+
+// checkOrigin allows a handshake without an Origin header or with a
+// listed one.
+func (l *wsListener) checkOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" || l.origins["*"] || l.origins[strings.ToLower(o)] {
+		return true
+	}
+	l.b.mqttRefused[RefusedWebSocketOrigin].Add(1)
+	if ok, held := l.b.logLimiter.Allow("ws-origin", l.b.now()); ok {
+		l.b.log.Warn("websocket connection refused: its web origin is not in mqtt.websocket.allowed_origins",
+			"origin", o, "remote", r.RemoteAddr, "suppressed_since_last", held)
+	}
+	return false
+}
+
+func (l *wsListener) ID() string { return l.id }
+
+func (l *wsListener) Address() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		return l.ln.Addr().String()
+	}
+	return l.addr
+}
+
+func (l *wsListener) Protocol() string {
+	if l.tls != nil {
+		return "wss"
+	}
+	return "ws"
+}
+
+// Init binds the address.
+func (l *wsListener) Init(log *slog.Logger) error {
+	ln, err := net.Listen("tcp", l.addr)
+	if err != nil {
+		return err
+	}
+	if l.tls != nil {
+		ln = tls.NewListener(ln, l.tls)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ln = ln
+	l.srv = &http.Server{
+		Handler: http.HandlerFunc(l.handle),
+		// Until the upgrade; then the connection guard's deadlines rule.
+		ReadHeaderTimeout: l.b.opts.ConnectTimeout,
+		MaxHeaderBytes:    8 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return nil
+}
+
+// handle upgrades a handshake and runs the MQTT connection in the
+// request's goroutine (the HTTP server owns it) until it ends.
+func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
+	c, err := l.upgrader.Upgrade(w, r, nil) // answers a refusal itself
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	l.mu.Lock()
+	establish := l.establish
+	l.mu.Unlock()
+	_ = establish(l.id, &wsConn{Conn: c.NetConn(), c: c}) // the guard counts and logs the end
+}
+
+// Serve serves connections until Close.
+func (l *wsListener) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	l.establish = establish
+	srv, ln := l.srv, l.ln
+	l.mu.Unlock()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		l.b.log.Error("websocket listener stopped", "listener", l.id, "err", err)
+	}
+}
+
+// Close stops accepting, waits up to 5 s for handlers, and closes the
+// listener's clients.
+func (l *wsListener) Close(closeClients listeners.CloseFn) {
+	l.mu.Lock()
+	srv := l.srv
+	l.mu.Unlock()
+	if srv != nil {
+		// Shutdown does not wait for hijacked connections: closeClients
+		// ends them, and with them their handlers.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}
+	closeClients(l.id)
+}
+
+// wsConn is a WebSocket connection as the net.Conn mochi reads MQTT from:
+// Read concatenates binary messages, Write sends one message.
+//
+// Deadlines are the underlying connection's, but each gorilla write sets
+// that connection's write deadline to gorilla's own (none unless told), so
+// one set by mochi or the PUBACK writer would be cleared by the next
+// write and a client that stops reading would hold its writer forever.
+// The write deadline is therefore kept here and handed to gorilla before
+// each write. (mochi's reader sets deadlines while others write, so it is
+// atomic.)
+type wsConn struct {
+	net.Conn
+	c *websocket.Conn
+	r io.Reader // the message being read, if any
+
+	wmu           sync.Mutex   // one writer at a time, as gorilla requires
+	writeDeadline atomic.Int64 // Unix nanoseconds; 0: none
+}
+
+var errNotBinary = errors.New("websocket message is not binary")
+
+func (ws *wsConn) Read(p []byte) (int, error) {
+	for {
+		if ws.r == nil {
+			op, r, err := ws.c.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if op != websocket.BinaryMessage {
+				return 0, errNotBinary // [MQTT-6.0.0-1]
+			}
+			ws.r = r
+		}
+		n, err := ws.r.Read(p)
+		if errors.Is(err, io.EOF) {
+			ws.r = nil
+			err = nil
+			if n == 0 {
+				continue // an empty message, or the end of one
+			}
+		}
+		if err != nil {
+			return n, fmt.Errorf("read websocket: %w", err)
+		}
+		return n, nil
+	}
+}
+
+func (ws *wsConn) setWriteDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+	}
+	ws.writeDeadline.Store(ns)
+}
+
+func (ws *wsConn) SetDeadline(t time.Time) error {
+	ws.setWriteDeadline(t)
+	return ws.Conn.SetDeadline(t)
+}
+
+func (ws *wsConn) SetWriteDeadline(t time.Time) error {
+	ws.setWriteDeadline(t)
+	return ws.Conn.SetWriteDeadline(t)
+}
+
+func (ws *wsConn) Write(p []byte) (int, error) {
+	ws.wmu.Lock()
+	defer ws.wmu.Unlock()
+	var t time.Time
+	if ns := ws.writeDeadline.Load(); ns != 0 {
+		t = time.Unix(0, ns)
+	}
+	_ = ws.c.SetWriteDeadline(t)
+	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
