@@ -109,8 +109,20 @@ func stallTimeout(o Options) time.Duration {
 // producers. A connection attempt that ctx ends is abandoned (a producer
 // made after that is closed); a failure to reach any broker is explained
 // (see the kafka.tls and kafka.sasl configuration keys it names).
+//
+// The connector makes one producer at a time: a transactional producer's
+// initialisation (InitProducerId) fences every producer made before it,
+// and an abandoned attempt goes on initialising in the background. Were
+// the next attempt to overtake it, the abandoned one would fence the
+// producer in use, so the next attempt waits for it.
 func NewConnector(o Options) bridge.Connector {
+	making := make(chan struct{}, 1) // held while a producer is being made
 	return func(ctx context.Context) (bridge.Producer, error) {
+		select {
+		case making <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		type result struct {
 			p   sarama.AsyncProducer
 			err error
@@ -121,6 +133,7 @@ func NewConnector(o Options) bridge.Connector {
 		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
 		go func() {
 			p, err := sarama.NewAsyncProducer(o.Brokers, cfg)
+			<-making
 			ch <- result{p, err}
 		}()
 		select {
