@@ -44,9 +44,9 @@ test:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat
+	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
 	$(TOOL) staticcheck ./...
-	$(TOOL) staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat
+	$(TOOL) staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
 
 check: lint test
 
@@ -84,6 +84,7 @@ deb: cross
 e2e:
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 5m -run 'Sink' -v ./cmd/edgecat
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Soak' -v ./cmd/edgesim
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long
