@@ -10,6 +10,8 @@
 package queue
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -156,20 +158,57 @@ func Open(dir string, opts Options) (*Log, error) {
 // records behind data that is not there.
 func (l *Log) recoverActive() error {
 	s := l.segs[len(l.segs)-1]
-	data, err := os.ReadFile(s.path)
+	rf, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("recover segment %s: %w", s.path, err)
 	}
-	valid := int64(0)
-	seq := s.first
-	off := int64(0)
-	if validHeader(data) {
+	defer rf.Close()
+	fi, err := rf.Stat()
+	if err != nil {
+		return fmt.Errorf("recover segment %s: %w", s.path, err)
+	}
+	size := fi.Size()
+	// The valid prefix is streamed, a frame at a time, so that recovery
+	// needs no more memory than the largest record; only what follows an
+	// invalid frame is read whole, to look for valid frames after it.
+	valid, seq, off := int64(0), s.first, int64(0)
+	br := bufio.NewReaderSize(rf, 64<<10)
+	hdr := make([]byte, headerSize)
+	if _, err := io.ReadFull(br, hdr); err == nil && validHeader(hdr) {
 		valid, off = headerSize, headerSize
+		var buf []byte
+		for {
+			h, err := br.Peek(frameHeader)
+			if err != nil {
+				break
+			}
+			n := int(binary.LittleEndian.Uint32(h))
+			if n == 0 || n > maxPayload || off+int64(frameHeader+n) > size {
+				break
+			}
+			if cap(buf) < frameHeader+n {
+				buf = make([]byte, frameHeader+n)
+			}
+			b := buf[:frameHeader+n]
+			if _, err := io.ReadFull(br, b); err != nil {
+				break
+			}
+			if _, _, err := parseFrame(b, off, seq); err != nil {
+				break
+			}
+			off += int64(frameHeader + n)
+			valid, seq = off, seq+1
+		}
+	}
+	base := off
+	data, err := readFrom(rf, base)
+	if err != nil {
+		return fmt.Errorf("recover segment %s: %w", s.path, err)
 	}
 	damaged := false
-	for off < int64(len(data)) {
+	for off < base+int64(len(data)) {
 		if off > 0 { // not the damaged header itself
-			if _, n, err := parseFrame(data[off:], off, seq); err == nil {
+			if _, n, err := parseFrame(data[off-base:], off, seq); err == nil {
 				off += int64(n)
 				valid, seq = off, seq+1
 				continue
@@ -179,7 +218,7 @@ func (l *Log) recoverActive() error {
 		if off == 0 { // the damaged header: frames start after its first byte
 			from = 1
 		}
-		to, next, ok := resync(data[from:], from, seq)
+		to, next, ok := resync(data[from-base:], from, seq)
 		if !ok {
 			break
 		}
@@ -195,7 +234,7 @@ func (l *Log) recoverActive() error {
 	if valid < headerSize && seq > s.first {
 		valid = off // a damaged header with valid frames after it
 	}
-	if damaged || valid < headerSize && len(data) > 0 {
+	if damaged || valid < headerSize && size > 0 {
 		l.copyToQuarantine(s)
 	}
 	f, err := os.OpenFile(s.path, os.O_RDWR, 0o640)
@@ -203,7 +242,7 @@ func (l *Log) recoverActive() error {
 		return fmt.Errorf("recover segment %s: %w", s.path, err)
 	}
 	defer f.Close()
-	if cut := int64(len(data)) - valid; cut > 0 || valid == 0 {
+	if cut := size - valid; cut > 0 || valid == 0 {
 		l.stats.Truncated += cut
 		l.log.Warn("queue: damaged tail truncated", "segment", s.path, "bytes", cut, "valid_records", seq-s.first)
 		if err := f.Truncate(valid); err != nil {
