@@ -65,25 +65,8 @@ func runScenario(t *testing.T, name string) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
-		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
-		kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "sim-e2e",
-			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gctx, gcancel := context.WithCancel(context.Background())
-	fctx, fcancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); gw.Run(gctx) }()
-	go func() { defer wg.Done(); fwd.Run(fctx) }()
-	defer func() { gcancel(); fcancel(); wg.Wait() }()
+	gw, fwd, stopGateway := startStack(t, &cfg)
+	defer stopGateway()
 
 	truthPath := filepath.Join(t.TempDir(), "truth.jsonl")
 	var out bytes.Buffer
@@ -94,7 +77,7 @@ func runScenario(t *testing.T, name string) {
 	t.Logf("edgesim run:\n%s", lastLines(out.String(), 14))
 	// Stopping the gateway closes every open window; then the forwarder
 	// delivers what is queued.
-	gcancel()
+	stopGateway()
 	for deadline := time.Now().Add(30 * time.Second); fwd.Stats().Queued > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("forwarder still has %d records queued", fwd.Stats().Queued)
@@ -117,6 +100,35 @@ func runScenario(t *testing.T, name string) {
 		t.Errorf("truth log: %d lines (%v)", bytes.Count(truth, []byte("\n")), err)
 	}
 	t.Logf("gateway: %v aggregated, %v late revisions", st.Outcomes["aggregated"], st.Outcomes["late_revised"])
+}
+
+// startStack runs a gateway and its forwarder, as cmd/edgegate composes
+// them, on cfg (validated) against the brokers cfg names. stopGateway
+// stops the gateway (which closes its open windows), leaving the forwarder
+// to deliver; the test's end stops both.
+func startStack(t *testing.T, cfg *configs.Config) (gw *gateway.Gateway, fwd *bridge.Forwarder, stopGateway func()) {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
+		kafka.NewConnector(kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: "sim-e2e",
+			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err = gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gctx, gcancel := context.WithCancel(context.Background())
+	fctx, fcancel := context.WithCancel(context.Background())
+	var gwg, fwg sync.WaitGroup
+	gwg.Add(1)
+	fwg.Add(1)
+	go func() { defer gwg.Done(); gw.Run(gctx) }()
+	go func() { defer fwg.Done(); fwd.Run(fctx) }()
+	t.Cleanup(func() { gcancel(); gwg.Wait(); fcancel(); fwg.Wait() })
+	return gw, fwd, func() { gcancel(); gwg.Wait() }
 }
 
 func lastLines(s string, n int) string {

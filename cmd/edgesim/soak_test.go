@@ -10,7 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -19,12 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edgegate/edgegate/bridge"
-	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
-	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
-	"github.com/edgegate/edgegate/gateway"
 )
 
 var soakFor = flag.Duration("soak", 60*time.Second, "TestSoakUnderAttack: how long each run lasts")
@@ -62,25 +57,8 @@ func soak(t *testing.T, attack bool) soakResult {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
-		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
-		kafka.NewConnector(kafka.Options{Brokers: brokers, ClientID: "soak",
-			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(cfg.GatewayOptions(nil), output.Forwarder(fwd), log, time.Now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	gctx, gcancel := context.WithCancel(context.Background())
-	fctx, fcancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); gw.Run(gctx) }()
-	go func() { defer wg.Done(); fwd.Run(fctx) }()
-	defer func() { gcancel(); fcancel(); wg.Wait() }()
+	gw, fwd, stopGateway := startStack(t, &cfg)
+	defer stopGateway()
 
 	actx, acancel := context.WithCancel(context.Background())
 	var attackers sync.WaitGroup
@@ -101,7 +79,7 @@ func soak(t *testing.T, attack bool) soakResult {
 		t.Fatalf("%s: edgesim run: status %d\n%s", name, status, out.String())
 	}
 	t.Logf("%s: edgesim run:\n%s", name, lastLines(out.String(), 12))
-	gcancel()
+	stopGateway()
 	for deadline := time.Now().Add(60 * time.Second); fwd.Stats().Queued > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: forwarder still has %d records queued", name, fwd.Stats().Queued)
