@@ -15,9 +15,9 @@ import (
 // opens an I²C bus by name for the sensors (periph's i2creg.Open).
 func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)) gateway.Options {
 	m := c.MQTT
-	roles := map[string]broker.Role{}
+	roles := map[string]broker.Filters{}
 	for name, r := range c.Roles() {
-		roles[name] = broker.Role{Publish: r.Publish, Subscribe: r.Subscribe}
+		roles[name] = broker.Filters{Publish: r.Publish, Subscribe: r.Subscribe}
 	}
 	var ss []sensors.Sensor
 	for _, s := range c.Sensors {

@@ -32,7 +32,7 @@ import (
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/firmware-sim/chips"
 	"github.com/edgegate/edgegate/gateway"
-	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/broker/auth"
 	"github.com/edgegate/edgegate/gateway/sensors"
 )
 
@@ -417,7 +417,7 @@ func TestLoadUsersErrors(t *testing.T) {
 	} {
 		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "_"))
 		os.WriteFile(p, []byte(tc.content), 0o600)
-		if _, err := broker.LoadUsers(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := auth.LoadUsers(p); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"golang.org/x/term"
 
-	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/broker/auth"
 )
 
 // passwdCost is the bcrypt cost of new hashes: about 50 ms on a Pi 4 per
@@ -49,7 +49,7 @@ read from the terminal (or one line of standard input), or updates it;
 		return usageError{errors.New("passwd: want FILE and USERNAME")}
 	}
 	path, user := fs.Arg(0), fs.Arg(1)
-	if err := broker.CheckUsername(user); err != nil {
+	if err := auth.CheckUsername(user); err != nil {
 		return usageError{fmt.Errorf("passwd: %w", err)}
 	}
 	var hash func() ([]byte, error)
@@ -66,7 +66,7 @@ read from the terminal (or one line of standard input), or updates it;
 			return h, nil
 		}
 	}
-	if err := broker.UpdateUsersFile(path, user, *create, hash); err != nil {
+	if err := auth.UpdateUsersFile(path, user, *create, hash); err != nil {
 		return fmt.Errorf("passwd: %w", err)
 	}
 	verb := map[bool]string{true: "deleted", false: "set"}[*del]

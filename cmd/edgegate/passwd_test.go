@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/broker/auth"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -20,7 +20,7 @@ func TestPasswd(t *testing.T) {
 	}
 	check := func(user, pw string, want bool) {
 		t.Helper()
-		users, err := broker.LoadUsers(path)
+		users, err := auth.LoadUsers(path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,10 +20,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/broker/auth"
+	"github.com/edgegate/edgegate/gateway/broker/ws"
+
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/edgegate/edgegate/gateway/internal/lograte"
+	"github.com/edgegate/edgegate/gateway/internal/ratelimit"
 	"github.com/edgegate/edgegate/gateway/journal"
 )
 
@@ -67,7 +71,7 @@ type Options struct {
 	// configured); Users gives a username a role and CertRoles a client
 	// certificate's name (separate namespaces; others are devices);
 	// AnonymousRole is the role of anonymous clients.
-	Roles         map[string]Role
+	Roles         map[string]Filters
 	Users         map[string]string
 	CertRoles     map[string]string
 	AnonymousRole string
@@ -119,12 +123,8 @@ type WebSocketOptions struct {
 	AllowedOrigins []string
 }
 
-// Role is a set of topic filters, in which {username} stands for the
-// client's identity and {clientid} for its client id, each filling whole
-// topic levels.
-type Role struct {
-	Publish, Subscribe []string
-}
+// Filters is a role's topic filters (see auth.Filters).
+type Filters = auth.Filters
 
 // Broker is the embedded MQTT broker. Create it with New, start it with
 // Serve, stop it with Close.
@@ -136,7 +136,7 @@ type Broker struct {
 	in     Ingest
 	server *mqtt.Server
 	hook   *hook
-	tls    *serverTLS // nil without a TLS listener
+	tls    *auth.ServerTLS // nil without a TLS listener
 
 	addr, tlsAddr, wsAddr string
 
@@ -171,12 +171,12 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	if err != nil {
 		return nil, err
 	}
-	rules, err := newACL(o.Roles, o.Users, o.CertRoles, o.AnonymousRole)
+	rules, err := auth.NewACL(o.Roles, o.Users, o.CertRoles, o.AnonymousRole)
 	if err != nil {
 		return nil, err
 	}
 	if o.TLS.Listen != "" || o.WebSocket.TLS {
-		if b.tls, err = newServerTLS(o.TLS); err != nil {
+		if b.tls, err = auth.NewServerTLS(auth.TLSFiles{CertFile: o.TLS.CertFile, KeyFile: o.TLS.KeyFile, ClientCAFile: o.TLS.ClientCAFile, RequireClientCert: o.TLS.RequireClientCert}); err != nil {
 			return nil, err
 		}
 	}
@@ -192,12 +192,12 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  o.ClientReadBuffer,
 		ClientNetWriteBufferSize: o.ClientWriteBuffer,
-		Logger:                   slog.New(newQuietHandler(log.Handler())).With("component", "mqtt"),
+		Logger:                   slog.New(lograte.NewHandler(log.Handler())).With("component", "mqtt"),
 		SysTopicResendInterval:   30,
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
-	b.hook = &hook{b: b, auth: newAuthenticator(users, o.AllowAnonymous), acl: rules,
-		conns: newConnLimiter(o.ConnectRate, o.ConnectBurst, o.ConnectRateExempt)}
+	b.hook = &hook{b: b, auth: auth.NewAuthenticator(users, o.AllowAnonymous), acl: rules,
+		conns: ratelimit.NewPerAddress(o.ConnectRate, o.ConnectBurst, o.ConnectRateExempt)}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
@@ -232,7 +232,7 @@ func (b *Broker) Listen(j Journal) error {
 		if o.WebSocket.TLS {
 			lc.TLSConfig = b.tls.Config()
 		}
-		if b.wsAddr, err = add("mqtt.websocket.listen", newWSListener(lc.ID, lc.Address, lc.TLSConfig, o.WebSocket.AllowedOrigins, b)); err != nil {
+		if b.wsAddr, err = add("mqtt.websocket.listen", ws.New(lc.ID, lc.Address, lc.TLSConfig, ws.Config{AllowedOrigins: o.WebSocket.AllowedOrigins, HandshakeTimeout: o.ConnectTimeout, Refused: b.refusedOrigin, Log: b.log})); err != nil {
 			return err
 		}
 	}
@@ -257,6 +257,16 @@ func (b *Broker) Serve(r Restored) error {
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
 	return nil
+}
+
+// refusedOrigin counts and logs a WebSocket handshake refused for its web
+// origin.
+func (b *Broker) refusedOrigin(origin, remote string) {
+	b.mqttRefused[RefusedWebSocketOrigin].Add(1)
+	if ok, held := b.logLimiter.Allow("ws-origin", b.now()); ok {
+		b.log.Warn("websocket connection refused: its web origin is not in mqtt.websocket.allowed_origins",
+			"origin", origin, "remote", remote, "suppressed_since_last", held)
+	}
 }
 
 // Close disconnects every client, closes the listeners and waits for the
@@ -286,11 +296,11 @@ func (b *Broker) TLSAddr() string { return b.tlsAddr }
 func (b *Broker) WebSocketAddr() string { return b.wsAddr }
 
 // loadUsers reads mqtt.users_file, if set.
-func (b *Broker) loadUsers() (Users, error) {
+func (b *Broker) loadUsers() (auth.Users, error) {
 	if b.opts.UsersFile == "" {
-		return Users{}, nil
+		return auth.Users{}, nil
 	}
-	users, err := LoadUsers(b.opts.UsersFile)
+	users, err := auth.LoadUsers(b.opts.UsersFile)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.users_file: %w", err)
 	}
@@ -310,7 +320,7 @@ func (b *Broker) Reload() error {
 			return fmt.Errorf("reload: %w", err)
 		}
 	}
-	b.hook.auth.setUsers(users)
+	b.hook.auth.SetUsers(users)
 	b.log.Info("reloaded users and certificates", "users", len(users), "tls", b.tls != nil)
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/broker/auth"
+	"github.com/edgegate/edgegate/gateway/internal/ratelimit"
 	"github.com/edgegate/edgegate/gateway/journal"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
@@ -22,9 +24,9 @@ import (
 type hook struct {
 	mqtt.HookBase
 	b     *Broker
-	auth  *authenticator
-	acl   *acl
-	conns *connLimiter
+	auth  *auth.Authenticator
+	acl   *auth.ACL
+	conns *ratelimit.PerAddress
 
 	clients  sync.Map // *mqtt.Client → *clientInfo, while connected
 	subs     subCount
@@ -83,10 +85,10 @@ func (s *subCount) remove(client, filter string) {
 type clientInfo struct {
 	identity  string
 	anonymous bool // identity is the client id
-	role      *aclRole
+	role      *auth.Role
 	// publish is the client's publish rate bucket. Only the client's own
 	// read goroutine (OnPublish) touches it.
-	publish tokenBucket
+	publish ratelimit.Bucket
 	// subscribing holds the filters of the SUBSCRIBE being processed:
 	// mochi asks OnACLCheck(read) both for them and for every message it
 	// delivers to the client, with nothing else to tell the two apart.
@@ -113,7 +115,7 @@ func (h *hook) Provides(b byte) bool {
 // server keep alive.
 func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 	b := h.b
-	if !h.conns.allow(cl.Net.Remote, b.now()) {
+	if !h.conns.Allow(cl.Net.Remote, b.now()) {
 		b.mqttRefused[RefusedConnectRate].Add(1)
 		if ok, held := b.logLimiter.Allow("connect-rate", b.now()); ok {
 			b.log.Warn("mqtt connection refused: too many connections from one address (mqtt.connect_rate_per_address)",
@@ -150,7 +152,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		return false
 	}
 	var info *clientInfo
-	id, hasCert, err := certIdentity(cl.Net.Conn)
+	id, hasCert, err := auth.CertIdentity(cl.Net.Conn)
 	switch {
 	case err != nil:
 		return refuse(err.Error())
@@ -160,18 +162,18 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		if user != "" && user != id {
 			return refuse(fmt.Sprintf("username differs from the client certificate's identity %q", id))
 		}
-		info = &clientInfo{identity: id, role: h.acl.certRole(id)}
+		info = &clientInfo{identity: id, role: h.acl.CertRole(id)}
 		cl.Properties.Username = []byte(id)
 	case user == "" && len(pk.Connect.Password) == 0:
-		if !h.auth.anonymous {
+		if !h.auth.Anonymous {
 			return refuse("no credentials, and mqtt.allow_anonymous is false")
 		}
-		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.anonymous}
+		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.Anonymous}
 	default:
-		if !h.auth.check(user, pk.Connect.Password) {
+		if !h.auth.Check(user, pk.Connect.Password) {
 			return refuse("bad username or password")
 		}
-		info = &clientInfo{identity: user, role: h.acl.userRole(user)}
+		info = &clientInfo{identity: user, role: h.acl.UserRole(user)}
 	}
 	if r, why, ok := h.admitSession(cl, info); !ok {
 		b.mqttRefused[r].Add(1)
@@ -203,12 +205,12 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	info := v.(*clientInfo)
 	b := h.b
 	if write {
-		if info.role.canPublish(topic, info.identity, cl.ID) {
+		if info.role.CanPublish(topic, info.identity, cl.ID) {
 			return true
 		}
 		b.mqttRefused[RefusedPublish].Add(1)
 		if ok, held := b.logLimiter.Allow("acl-pub", b.now()); ok {
-			b.log.Warn("mqtt publish refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+			b.log.Warn("mqtt publish refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.Name,
 				"topic", topic, "suppressed_since_last", held)
 		}
 		return false
@@ -218,12 +220,12 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		// checked when it was made. Checked again here (without
 		// allocating) in case the configuration changed since, as
 		// restored sessions keep their subscriptions; not a refusal.
-		return info.role.canRead(topic, info.identity, cl.ID)
+		return info.role.CanRead(topic, info.identity, cl.ID)
 	}
-	if !info.role.canSubscribe(topic, info.identity, cl.ID) {
+	if !info.role.CanSubscribe(topic, info.identity, cl.ID) {
 		b.mqttRefused[RefusedSubscribe].Add(1)
 		if ok, held := b.logLimiter.Allow("acl-sub", b.now()); ok {
-			b.log.Warn("mqtt subscribe refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.name,
+			b.log.Warn("mqtt subscribe refused by ACL", "client", cl.ID, "identity", info.identity, "role", info.role.Name,
 				"filter", topic, "suppressed_since_last", held)
 		}
 		return false
@@ -244,10 +246,10 @@ func (h *hook) throttle(info *clientInfo) {
 		return
 	}
 	burst := max(1, int(rate))
-	if wait := info.publish.take(time.Now(), rate, burst); wait > 0 {
+	if wait := info.publish.Take(time.Now(), rate, burst); wait > 0 {
 		h.b.throttled.Add(1)
 		time.Sleep(wait)
-		info.publish.take(time.Now(), rate, burst)
+		info.publish.Take(time.Now(), rate, burst)
 	}
 }
 
@@ -397,7 +399,7 @@ func (h *hook) overReceiveMaximum(cl *mqtt.Client) error {
 // knows the device only after decoding, decides the same at replay.
 func (h *hook) ownDevice(cl *mqtt.Client) string {
 	if v, ok := h.clients.Load(cl); ok {
-		if info := v.(*clientInfo); info.role == h.acl.roles["device"] {
+		if info := v.(*clientInfo); info.role == h.acl.Roles["device"] {
 			return info.identity
 		}
 	}

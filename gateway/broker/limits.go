@@ -1,22 +1,17 @@
 package broker
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/edgegate/edgegate/gateway/internal/lograte"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -174,6 +169,10 @@ type deadlineConn struct {
 	timedOut atomic.Bool
 }
 
+// NetConn returns the wrapped connection (auth.CertIdentity looks through
+// to the TLS connection).
+func (c *deadlineConn) NetConn() net.Conn { return c.Conn }
+
 func (c *deadlineConn) Write(p []byte) (int, error) {
 	if err := c.Conn.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
 		return 0, err
@@ -189,117 +188,3 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 func (c *deadlineConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
 
 func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }
-
-// tokenBucket allows rate events per second with bursts of burst.
-type tokenBucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// take takes a token at now; if none is left it returns how long until one
-// is.
-func (b *tokenBucket) take(now time.Time, rate float64, burst int) time.Duration {
-	if b.last.IsZero() {
-		b.tokens = float64(burst)
-	} else {
-		b.tokens = min(float64(burst), b.tokens+now.Sub(b.last).Seconds()*rate)
-	}
-	b.last = now
-	if b.tokens >= 1 {
-		b.tokens--
-		return 0
-	}
-	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
-}
-
-// connLimiter limits new connections per source address.
-type connLimiter struct {
-	rate   float64
-	burst  int
-	exempt []netip.Prefix
-
-	mu      sync.Mutex
-	buckets map[netip.Addr]*tokenBucket
-	swept   time.Time
-}
-
-func newConnLimiter(rate float64, burst int, exempt []string) *connLimiter {
-	l := &connLimiter{rate: rate, burst: burst, buckets: map[netip.Addr]*tokenBucket{}}
-	for _, e := range exempt {
-		if p, err := netip.ParsePrefix(e); err == nil { // validated with the configuration
-			l.exempt = append(l.exempt, p)
-		}
-	}
-	return l
-}
-
-// allow reports whether a connection from remote (host:port) may proceed.
-func (l *connLimiter) allow(remote string, now time.Time) bool {
-	if l.rate <= 0 {
-		return true
-	}
-	ap, err := netip.ParseAddrPort(remote)
-	if err != nil {
-		return true // not an IP socket (a test pipe)
-	}
-	addr := ap.Addr().Unmap()
-	for _, p := range l.exempt {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.swept) > time.Minute {
-		// Forget addresses whose bucket has refilled: the map stays as
-		// large as the set of recent sources.
-		full := time.Duration(float64(l.burst)/l.rate*float64(time.Second)) + time.Second
-		for a, b := range l.buckets {
-			if now.Sub(b.last) > full {
-				delete(l.buckets, a)
-			}
-		}
-		l.swept = now
-	}
-	b := l.buckets[addr]
-	if b == nil {
-		b = &tokenBucket{}
-		l.buckets[addr] = b
-	}
-	return b.take(now, l.rate, l.burst) == 0
-}
-
-// quietHandler rate-limits the broker's log: mochi logs every malformed
-// packet at warn level with the whole packet, so a client sending garbage
-// in a loop would otherwise fill the card with log. Each message is logged
-// at most once per 10 s, with the number suppressed since; info messages
-// (start and stop) pass.
-type quietHandler struct {
-	slog.Handler
-	lim *lograte.Limiter
-}
-
-func newQuietHandler(h slog.Handler) *quietHandler {
-	return &quietHandler{Handler: h, lim: &lograte.Limiter{Every: 10 * time.Second}}
-}
-
-func (q *quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level != slog.LevelInfo {
-		ok, held := q.lim.Allow(r.Message, r.Time)
-		if !ok {
-			return nil
-		}
-		if held > 0 {
-			r.AddAttrs(slog.Int("suppressed_since_last", held))
-		}
-	}
-	return q.Handler.Handle(ctx, r)
-}
-
-func (q *quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &quietHandler{Handler: q.Handler.WithAttrs(as), lim: q.lim}
-}
-
-func (q *quietHandler) WithGroup(name string) slog.Handler {
-	return &quietHandler{Handler: q.Handler.WithGroup(name), lim: q.lim}
-}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/broker/auth"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -40,7 +41,7 @@ const (
 
 // ClientIDSeparator ends the identity part of a client id under
 // ClientIDPrefixed.
-const ClientIDSeparator = ":"
+const ClientIDSeparator = auth.ClientIDSeparator
 
 // allows reports whether a client with identity id may use client id cid.
 func (r ClientIDRule) allows(id, cid string) bool {
@@ -183,8 +184,8 @@ func (h *hook) ownerOf(cid string) (owner, bool) {
 func (h *hook) admitSession(cl *mqtt.Client, info *clientInfo) (Refusal, string, bool) {
 	b := h.b
 	me := info.owner()
-	admin := info.role == h.acl.roles["admin"]
-	if info.role == h.acl.roles["device"] && !info.anonymous && !b.opts.ClientIDs.allows(info.identity, cl.ID) {
+	admin := info.role == h.acl.Roles["admin"]
+	if info.role == h.acl.Roles["device"] && !info.anonymous && !b.opts.ClientIDs.allows(info.identity, cl.ID) {
 		return h.refuseClientID(cl, fmt.Sprintf("client id not allowed for identity %q (mqtt.device_client_ids: %s)", info.identity, b.opts.ClientIDs))
 	}
 	if o, ok := h.ownerOf(cl.ID); ok && o != me && !admin {

@@ -1,4 +1,4 @@
-package broker
+package auth
 
 import (
 	"bufio"
@@ -41,7 +41,7 @@ func LoadUsers(path string) (Users, error) {
 		if !ok || name == "" {
 			return nil, fmt.Errorf("%s:%d: want username:bcrypt-hash", path, n)
 		}
-		if !identityLevel(name) {
+		if !IdentityLevel(name) {
 			return nil, fmt.Errorf("%s:%d: user %q: a username may not contain '/', '+' or '#' (it stands for a topic level in ACLs)", path, n, name)
 		}
 		if _, err := bcrypt.Cost([]byte(hash)); err != nil {
@@ -58,7 +58,7 @@ func LoadUsers(path string) (Users, error) {
 	return users, nil
 }
 
-// authenticator checks CONNECT credentials. A bcrypt comparison costs tens
+// Authenticator checks CONNECT credentials. A bcrypt comparison costs tens
 // of milliseconds on a Pi; after one succeeds, a SHA-256 of the password is
 // cached so that a reconnect storm of thousands of devices does not pin the
 // CPU.
@@ -66,8 +66,8 @@ func LoadUsers(path string) (Users, error) {
 // A refusal costs the same whether the username exists or not: an unknown
 // one is compared against a dummy hash of the users' bcrypt cost, so the
 // time of an answer does not tell which usernames exist.
-type authenticator struct {
-	anonymous bool
+type Authenticator struct {
+	Anonymous bool
 	// compare is bcrypt.CompareHashAndPassword (a test sees what runs).
 	compare func(hash, password []byte) error
 
@@ -101,23 +101,23 @@ func dummyHash(u Users) []byte {
 	return fmt.Appendf(nil, "$2a$%02d$%s", cost, dummySalted)
 }
 
-// setUsers replaces the users (the file was reloaded).
-func (a *authenticator) setUsers(u Users) {
+// SetUsers replaces the users (the file was reloaded).
+func (a *Authenticator) SetUsers(u Users) {
 	dummy := dummyHash(u)
 	a.mu.Lock()
 	a.users, a.dummy, a.verified = u, dummy, map[string][sha256.Size]byte{}
 	a.mu.Unlock()
 }
 
-func newAuthenticator(users Users, anonymous bool) *authenticator {
-	a := &authenticator{anonymous: anonymous, compare: bcrypt.CompareHashAndPassword}
-	a.setUsers(users)
+func NewAuthenticator(users Users, anonymous bool) *Authenticator {
+	a := &Authenticator{Anonymous: anonymous, compare: bcrypt.CompareHashAndPassword}
+	a.SetUsers(users)
 	return a
 }
 
-// check verifies credentials; anonymous clients are decided by the hook
+// Check verifies credentials; anonymous clients are decided by the hook
 // before it gets here. Every refusal costs one bcrypt comparison.
-func (a *authenticator) check(user string, password []byte) bool {
+func (a *Authenticator) Check(user string, password []byte) bool {
 	sum := sha256.Sum256(password)
 	a.mu.Lock()
 	hash, ok := a.users[user]

@@ -1,4 +1,6 @@
-package broker
+// Package ws serves MQTT over WebSocket for the broker, with an Origin
+// check (see Listener).
+package ws
 
 import (
 	"context"
@@ -18,7 +20,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
-// wsListener serves MQTT over WebSocket (the "mqtt" subprotocol, one
+// Listener serves MQTT over WebSocket (the "mqtt" subprotocol, one
 // binary message per write). It replaces mochi's listeners.Websocket,
 // whose upgrader accepts a handshake from any Origin and cannot be told
 // otherwise: a browser lets every page it shows open a WebSocket to any
@@ -33,10 +35,10 @@ import (
 //
 // It binds its address in Init (so Address is the real one at once, and
 // an address in use is an error of New), and serves in Serve until Close.
-type wsListener struct {
+type Listener struct {
 	id, addr string
 	tls      *tls.Config // nil: ws://
-	b        *Broker
+	cfg      Config
 	origins  map[string]bool // lower-cased; "*": any
 	upgrader websocket.Upgrader
 
@@ -46,11 +48,25 @@ type wsListener struct {
 	establish listeners.EstablishFn
 }
 
-var _ listeners.Listener = (*wsListener)(nil)
+var _ listeners.Listener = (*Listener)(nil)
 
-func newWSListener(id, addr string, tlsConf *tls.Config, allowed []string, b *Broker) *wsListener {
-	l := &wsListener{id: id, addr: addr, tls: tlsConf, b: b, origins: map[string]bool{}}
-	for _, o := range allowed {
+// Config is what a Listener needs besides its id, address and TLS.
+type Config struct {
+	// AllowedOrigins are the web origins (scheme://host[:port]) whose
+	// pages may connect; "*" allows any.
+	AllowedOrigins []string
+	// HandshakeTimeout bounds the HTTP request before the upgrade.
+	HandshakeTimeout time.Duration
+	// Refused is told of each handshake refused for its origin (the broker
+	// counts and logs it).
+	Refused func(origin, remote string)
+	Log     *slog.Logger
+}
+
+// New returns a listener on addr (tlsConf nil: ws://).
+func New(id, addr string, tlsConf *tls.Config, c Config) *Listener {
+	l := &Listener{id: id, addr: addr, tls: tlsConf, cfg: c, origins: map[string]bool{}}
+	for _, o := range c.AllowedOrigins {
 		l.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = true
 	}
 	l.upgrader = websocket.Upgrader{Subprotocols: []string{"mqtt"}, CheckOrigin: l.checkOrigin}
@@ -59,22 +75,20 @@ func newWSListener(id, addr string, tlsConf *tls.Config, allowed []string, b *Br
 
 // checkOrigin allows a handshake without an Origin header or with a
 // listed one.
-func (l *wsListener) checkOrigin(r *http.Request) bool {
+func (l *Listener) checkOrigin(r *http.Request) bool {
 	o := r.Header.Get("Origin")
 	if o == "" || l.origins["*"] || l.origins[strings.ToLower(o)] {
 		return true
 	}
-	l.b.mqttRefused[RefusedWebSocketOrigin].Add(1)
-	if ok, held := l.b.logLimiter.Allow("ws-origin", l.b.now()); ok {
-		l.b.log.Warn("websocket connection refused: its web origin is not in mqtt.websocket.allowed_origins",
-			"origin", o, "remote", r.RemoteAddr, "suppressed_since_last", held)
+	if l.cfg.Refused != nil {
+		l.cfg.Refused(o, r.RemoteAddr)
 	}
 	return false
 }
 
-func (l *wsListener) ID() string { return l.id }
+func (l *Listener) ID() string { return l.id }
 
-func (l *wsListener) Address() string {
+func (l *Listener) Address() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ln != nil {
@@ -83,7 +97,7 @@ func (l *wsListener) Address() string {
 	return l.addr
 }
 
-func (l *wsListener) Protocol() string {
+func (l *Listener) Protocol() string {
 	if l.tls != nil {
 		return "wss"
 	}
@@ -91,7 +105,7 @@ func (l *wsListener) Protocol() string {
 }
 
 // Init binds the address.
-func (l *wsListener) Init(log *slog.Logger) error {
+func (l *Listener) Init(log *slog.Logger) error {
 	ln, err := net.Listen("tcp", l.addr)
 	if err != nil {
 		return err
@@ -105,7 +119,7 @@ func (l *wsListener) Init(log *slog.Logger) error {
 	l.srv = &http.Server{
 		Handler: http.HandlerFunc(l.handle),
 		// Until the upgrade; then the connection guard's deadlines rule.
-		ReadHeaderTimeout: l.b.opts.ConnectTimeout,
+		ReadHeaderTimeout: l.cfg.HandshakeTimeout,
 		MaxHeaderBytes:    8 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
@@ -114,7 +128,7 @@ func (l *wsListener) Init(log *slog.Logger) error {
 
 // handle upgrades a handshake and runs the MQTT connection in the
 // request's goroutine (the HTTP server owns it) until it ends.
-func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
+func (l *Listener) handle(w http.ResponseWriter, r *http.Request) {
 	c, err := l.upgrader.Upgrade(w, r, nil) // answers a refusal itself
 	if err != nil {
 		return
@@ -127,19 +141,19 @@ func (l *wsListener) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // Serve serves connections until Close.
-func (l *wsListener) Serve(establish listeners.EstablishFn) {
+func (l *Listener) Serve(establish listeners.EstablishFn) {
 	l.mu.Lock()
 	l.establish = establish
 	srv, ln := l.srv, l.ln
 	l.mu.Unlock()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		l.b.log.Error("websocket listener stopped", "listener", l.id, "err", err)
+		l.cfg.Log.Error("websocket listener stopped", "listener", l.id, "err", err)
 	}
 }
 
 // Close stops accepting, waits up to 5 s for handlers, and closes the
 // listener's clients.
-func (l *wsListener) Close(closeClients listeners.CloseFn) {
+func (l *Listener) Close(closeClients listeners.CloseFn) {
 	l.mu.Lock()
 	srv := l.srv
 	l.mu.Unlock()

@@ -1,4 +1,4 @@
-package broker
+package auth
 
 import (
 	"fmt"
@@ -12,77 +12,84 @@ const (
 	levelClientID = "{clientid}"
 )
 
-// aclRole is a compiled Role.
-type aclRole struct {
-	name     string
+// Filters is a set of topic filters, in which {username} stands for the
+// client's identity and {clientid} for its client id, each filling whole
+// topic levels.
+type Filters struct {
+	Publish, Subscribe []string
+}
+
+// Role is a compiled set of Filters.
+type Role struct {
+	Name     string
 	pub, sub [][]string // filters split into levels
 }
 
-// acl decides what each client may publish to and subscribe to.
+// ACL decides what each client may publish to and subscribe to.
 // Usernames and certificate names are separate namespaces: each has its
 // own map to roles, and whoever is in neither is a device.
-type acl struct {
-	roles     map[string]*aclRole
-	users     map[string]*aclRole // username → role
-	certs     map[string]*aclRole // certificate name → role
-	anonymous *aclRole
+type ACL struct {
+	Roles     map[string]*Role
+	users     map[string]*Role // username → role
+	certs     map[string]*Role // certificate name → role
+	Anonymous *Role
 }
 
-func newACL(roles map[string]Role, users, certs map[string]string, anonymous string) (*acl, error) {
-	a := &acl{roles: map[string]*aclRole{}, users: map[string]*aclRole{}, certs: map[string]*aclRole{}}
+func NewACL(roles map[string]Filters, users, certs map[string]string, anonymous string) (*ACL, error) {
+	a := &ACL{Roles: map[string]*Role{}, users: map[string]*Role{}, certs: map[string]*Role{}}
 	for name, r := range roles {
-		ar := &aclRole{name: name}
+		ar := &Role{Name: name}
 		for _, f := range r.Publish {
 			ar.pub = append(ar.pub, strings.Split(f, "/"))
 		}
 		for _, f := range r.Subscribe {
 			ar.sub = append(ar.sub, strings.Split(f, "/"))
 		}
-		a.roles[name] = ar
+		a.Roles[name] = ar
 	}
 	for user, role := range users {
-		r, ok := a.roles[role]
+		r, ok := a.Roles[role]
 		if !ok {
 			return nil, fmt.Errorf("mqtt.acl.users.%s: no role %q", user, role)
 		}
 		a.users[user] = r
 	}
 	for name, role := range certs {
-		r, ok := a.roles[role]
+		r, ok := a.Roles[role]
 		if !ok {
 			return nil, fmt.Errorf("mqtt.acl.certificates.%s: no role %q", name, role)
 		}
 		a.certs[name] = r
 	}
 	var ok bool
-	if a.anonymous, ok = a.roles[anonymous]; !ok {
+	if a.Anonymous, ok = a.Roles[anonymous]; !ok {
 		return nil, fmt.Errorf("mqtt.acl.anonymous_role: no role %q", anonymous)
 	}
-	if a.roles["device"] == nil {
+	if a.Roles["device"] == nil {
 		return nil, fmt.Errorf("mqtt.acl.roles: the device role is needed")
 	}
 	return a, nil
 }
 
-// userRole returns the role of a user of the users file.
-func (a *acl) userRole(user string) *aclRole {
+// UserRole returns the role of a user of the users file.
+func (a *ACL) UserRole(user string) *Role {
 	if r, ok := a.users[user]; ok {
 		return r
 	}
-	return a.roles["device"]
+	return a.Roles["device"]
 }
 
-// certRole returns the role of a verified client certificate's name.
-func (a *acl) certRole(name string) *aclRole {
+// CertRole returns the role of a verified client certificate's name.
+func (a *ACL) CertRole(name string) *Role {
 	if r, ok := a.certs[name]; ok {
 		return r
 	}
-	return a.roles["device"]
+	return a.Roles["device"]
 }
 
-// canPublish reports whether a client with identity user and client id
+// CanPublish reports whether a client with identity user and client id
 // cid may publish to topic.
-func (r *aclRole) canPublish(topic, user, cid string) bool {
+func (r *Role) CanPublish(topic, user, cid string) bool {
 	for _, f := range r.pub {
 		if matchTopic(f, topic, user, cid) {
 			return true
@@ -91,9 +98,9 @@ func (r *aclRole) canPublish(topic, user, cid string) bool {
 	return false
 }
 
-// canRead reports whether a message on topic may be delivered to the
+// CanRead reports whether a message on topic may be delivered to the
 // client: a subscribe filter of the role matches it.
-func (r *aclRole) canRead(topic, user, cid string) bool {
+func (r *Role) CanRead(topic, user, cid string) bool {
 	for _, f := range r.sub {
 		if matchTopic(f, topic, user, cid) {
 			return true
@@ -102,10 +109,10 @@ func (r *aclRole) canRead(topic, user, cid string) bool {
 	return false
 }
 
-// canSubscribe reports whether the subscription filter req lies within one
+// CanSubscribe reports whether the subscription filter req lies within one
 // of the role's subscribe filters: every topic req matches, the allowed
 // filter matches too.
-func (r *aclRole) canSubscribe(req, user, cid string) bool {
+func (r *Role) CanSubscribe(req, user, cid string) bool {
 	for _, f := range r.sub {
 		if within(f, req, user, cid) {
 			return true
@@ -114,9 +121,9 @@ func (r *aclRole) canSubscribe(req, user, cid string) bool {
 	return false
 }
 
-// identityLevel reports whether s can stand for a placeholder: one whole
+// IdentityLevel reports whether s can stand for a placeholder: one whole
 // level, no wildcard, not empty.
-func identityLevel(s string) bool {
+func IdentityLevel(s string) bool {
 	return s != "" && !strings.ContainsAny(s, "/+#")
 }
 
@@ -124,9 +131,9 @@ func identityLevel(s string) bool {
 func fill(level, user, cid string) (string, bool) {
 	switch level {
 	case levelUsername:
-		return user, identityLevel(user)
+		return user, IdentityLevel(user)
 	case levelClientID:
-		return cid, identityLevel(cid)
+		return cid, IdentityLevel(cid)
 	}
 	return level, true
 }

@@ -1,4 +1,4 @@
-package broker
+package auth
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAuthenticator(Users{"dev-1": hash}, false)
+	a := NewAuthenticator(Users{"dev-1": hash}, false)
 	type call struct {
 		hash []byte
 		err  error
@@ -41,7 +41,7 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 		{"known user, right password", "dev-1", "pw-1", true},
 	} {
 		calls = nil
-		if got := a.check(tc.user, []byte(tc.pass)); got != tc.want {
+		if got := a.Check(tc.user, []byte(tc.pass)); got != tc.want {
 			t.Errorf("%s: check = %v, want %v", tc.name, got, tc.want)
 		}
 		if len(calls) != 1 {
@@ -59,9 +59,9 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 	}
 	// Without users, an unknown user still costs a comparison, at
 	// bcrypt's default cost (what edgegate passwd writes).
-	a.setUsers(Users{})
+	a.SetUsers(Users{})
 	calls = nil
-	if a.check("dev-1", []byte("pw-1")) || len(calls) != 1 {
+	if a.Check("dev-1", []byte("pw-1")) || len(calls) != 1 {
 		t.Fatalf("no users: %d comparisons, want 1", len(calls))
 	}
 	if got, _ := bcrypt.Cost(calls[0].hash); got != bcrypt.DefaultCost {

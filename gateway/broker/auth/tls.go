@@ -1,4 +1,4 @@
-package broker
+package auth
 
 import (
 	"crypto/tls"
@@ -11,21 +11,34 @@ import (
 	"sync/atomic"
 )
 
-// serverTLS holds the TLS configuration of the broker's listeners. Reload
+// TLSFiles are the files of a TLS listener: its certificate and key and,
+// if set, the CAs that verify client certificates.
+type TLSFiles struct {
+	CertFile, KeyFile string
+	ClientCAFile      string
+	RequireClientCert bool
+}
+
+// ClientIDSeparator ends the identity at the start of a client id
+// ("dev-01:ota"): neither a username nor a certificate name may contain
+// it, so the owner of a client id is never ambiguous.
+const ClientIDSeparator = ":"
+
+// ServerTLS holds the TLS configuration of the broker's listeners. Reload
 // reads the files again (on SIGHUP): connections made afterwards use the
 // new certificate and client CAs, open ones keep theirs.
-type serverTLS struct {
-	files TLSOptions
+type ServerTLS struct {
+	files TLSFiles
 	cur   atomic.Pointer[tls.Config]
 }
 
-func newServerTLS(files TLSOptions) (*serverTLS, error) {
-	s := &serverTLS{files: files}
+func NewServerTLS(files TLSFiles) (*ServerTLS, error) {
+	s := &ServerTLS{files: files}
 	return s, s.Reload()
 }
 
 // Reload reads the certificate, key and client CA files.
-func (s *serverTLS) Reload() error {
+func (s *ServerTLS) Reload() error {
 	cert, err := tls.LoadX509KeyPair(s.files.CertFile, s.files.KeyFile)
 	if err != nil {
 		return fmt.Errorf("mqtt.tls: load certificate %s and key %s: %w", s.files.CertFile, s.files.KeyFile, err)
@@ -62,7 +75,7 @@ func (s *serverTLS) Reload() error {
 
 // Config returns the configuration to give a listener: it defers to the
 // latest loaded one for each handshake.
-func (s *serverTLS) Config() *tls.Config {
+func (s *ServerTLS) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
@@ -71,11 +84,11 @@ func (s *serverTLS) Config() *tls.Config {
 	}
 }
 
-// certIdentity returns the identity a verified client certificate gives a
+// CertIdentity returns the identity a verified client certificate gives a
 // connection: its subject common name, or failing that its first DNS name.
-func certIdentity(c net.Conn) (string, bool, error) {
-	if dc, ok := c.(*deadlineConn); ok {
-		c = dc.Conn
+func CertIdentity(c net.Conn) (string, bool, error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok { // a wrapper of the broker's
+		c = w.NetConn()
 	}
 	tc, ok := c.(*tls.Conn)
 	if !ok {
@@ -90,7 +103,7 @@ func certIdentity(c net.Conn) (string, bool, error) {
 	if id == "" && len(leaf.DNSNames) > 0 {
 		id = leaf.DNSNames[0]
 	}
-	if !identityLevel(id) || strings.Contains(id, ClientIDSeparator) {
+	if !IdentityLevel(id) || strings.Contains(id, ClientIDSeparator) {
 		// ':' ends the identity in a client id (ClientIDPrefixed), and
 		// no username has one either.
 		return "", true, errors.New("client certificate has no usable identity: its common name (or first DNS name) must be non-empty and free of '/', '+', '#' and ':'")
