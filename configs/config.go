@@ -140,6 +140,7 @@ type MQTT struct {
 	ConnectBurst           int      `yaml:"connect_burst_per_address"`
 	ConnectRateExempt      []string `yaml:"connect_rate_exempt"`
 	PublishRate            float64  `yaml:"publish_rate_per_client"`
+	PingRate               float64  `yaml:"ping_rate_per_client"`
 	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 	WriteTimeout           Duration `yaml:"write_timeout"`
 }
@@ -428,8 +429,11 @@ func Default() Config {
 			ConnectBurst:           20,
 			ConnectRateExempt:      []string{"127.0.0.0/8", "::1/128"},
 			PublishRate:            1000,
-			MaxKeepAlive:           Duration(10 * time.Minute),
-			WriteTimeout:           Duration(10 * time.Second),
+			// A client pings at most once per keep alive (1 s at the
+			// least); PINGREQs faster than this are a flood.
+			PingRate:     1,
+			MaxKeepAlive: Duration(10 * time.Minute),
+			WriteTimeout: Duration(10 * time.Second),
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -776,6 +780,12 @@ func (c *Config) Validate() error {
 	if v := c.Storage.DeadLetterPayload; v < 64 || v > 64<<10 {
 		add("storage.deadletter_payload_bytes", "%d is out of range; use 64 to 65536 (the default 4KiB shows what a device sent; the length and hash of the whole payload are always in the dead letter)", int64(v))
 	}
+	// A dead letter carries its payload base64-encoded when it is binary
+	// (a third more), JSON-escaped, with up to 32 items: it must fit in a
+	// Kafka record, or every such dead letter would be set aside as refused.
+	if need := 2*int64(c.Storage.DeadLetterPayload) + 16<<10; c.Storage.DeadLetterPayload >= 64 && int64(c.Kafka.MaxRecordBytes) >= 4<<10 && int64(c.Kafka.MaxRecordBytes) < need {
+		add("kafka.max_record_bytes", "%d bytes cannot hold a dead letter with storage.deadletter_payload_bytes %d; raise it to at least %d or lower the payload bound", int64(c.Kafka.MaxRecordBytes), int64(c.Storage.DeadLetterPayload), need)
+	}
 	if v := c.Storage.DeadLetterShare; !(v >= 0.01 && v <= 0.5) {
 		add("storage.deadletter_share", "%v is out of range; use 0.01 to 0.5 (the default 0.1 gives dead letters 10%% of storage.max_bytes and keeps the rest for summaries)", v)
 	}
@@ -934,6 +944,9 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 		if _, err := netip.ParsePrefix(n); err != nil {
 			add(fmt.Sprintf("mqtt.connect_rate_exempt[%d]", i), "%q is not a network; write it as 10.0.0.0/8 or ::1/128", n)
 		}
+	}
+	if m.PingRate < 0 {
+		add("mqtt.ping_rate_per_client", "%g is negative; use 0 (no limit) or PINGREQs per second", m.PingRate)
 	}
 	if m.PublishRate < 0 {
 		add("mqtt.publish_rate_per_client", "%g is negative; use 0 (no limit) or publications per second", m.PublishRate)

@@ -60,6 +60,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			ConnectBurst:           m.ConnectBurst,
 			ConnectRateExempt:      m.ConnectRateExempt,
 			PublishRate:            m.PublishRate,
+			PingRate:               m.PingRate,
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			WriteTimeout:           m.WriteTimeout.D(),
 		},

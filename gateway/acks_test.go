@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"os"
 	"sync"
@@ -54,6 +55,7 @@ func TestClientThatNeverReads(t *testing.T) {
 	}
 	cfg := testConfig(t, []string{"127.0.0.1:9"})
 	cfg.MQTT.WriteTimeout = configs.Duration(3 * time.Second)
+	cfg.MQTT.PingRate = 0 // the PINGRESPs are what fill the socket here (TestPingFlood: by default the flood ends sooner)
 	// PUBACKs lag the reads by a batch, so that some of the attacker's are
 	// due once its socket is full.
 	cfg.Storage.FsyncInterval = configs.Duration(20 * time.Millisecond)
@@ -356,5 +358,59 @@ func TestPubackOrder(t *testing.T) {
 				t.Fatalf("round %d: got %v, want PUBACK %d", round, ack, want)
 			}
 		}
+	}
+}
+
+// TestPingFlood: a client that sends PINGREQs faster than
+// mqtt.ping_rate_per_client (a client pings once per keep alive) is
+// disconnected and counted, while one that pings within it stays.
+func TestPingFlood(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	addr := gw.Addr()
+
+	calm := dial(t, addr)
+	calm.Write(v3KeepAliveZero("calm"))
+	if f, err := readFrame(calm); err != nil || len(f) != 3 || f[2] != 0 {
+		t.Fatalf("calm CONNACK %x (%v)", f, err)
+	}
+	for range 5 { // within the burst
+		calm.Write([]byte{0xc0, 0})
+		if f, err := readFrame(calm); err != nil || f[0] != 0xd0 {
+			t.Fatalf("calm client: PINGRESP %x (%v)", f, err)
+		}
+	}
+
+	flood := dial(t, addr)
+	flood.Write(v3KeepAliveZero("flood"))
+	if f, err := readFrame(flood); err != nil || len(f) != 3 || f[2] != 0 {
+		t.Fatalf("flood CONNACK %x (%v)", f, err)
+	}
+	flood.Write(bytes.Repeat([]byte{0xc0, 0}, 1000))
+	flood.SetReadDeadline(time.Now().Add(5 * time.Second))
+	pongs := 0
+	for {
+		f, err := readFrame(flood)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the flooding client is still connected after %d PINGRESPs", pongs)
+			}
+			break // closed by the gateway
+		}
+		if f[0] == 0xd0 {
+			pongs++
+		}
+	}
+	if pongs > 12 {
+		t.Errorf("%d PINGRESPs before the disconnect, want at most the burst (10) and a token or two", pongs)
+	}
+	if n := refused(t, gw, "ping_rate", 1); n != 1 {
+		t.Errorf("ping_rate refusals %d, want 1", n)
+	}
+	// The calm client is still there.
+	calm.Write([]byte{0xc0, 0})
+	if f, err := readFrame(calm); err != nil || f[0] != 0xd0 {
+		t.Fatalf("calm client after the flood: PINGRESP %x (%v)", f, err)
 	}
 }

@@ -74,7 +74,7 @@ var (
 	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
 	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
 	mDevUnlisted  = desc("devices_unlisted", "Devices beyond the first 100, left out of the per-device metrics to bound their cardinality.")
-	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout.", "reason")
+	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout, ping_rate.", "reason")
 	mThrottled    = desc("mqtt_publish_throttled_total", "Publications held back to keep a client to mqtt.publish_rate_per_client (delayed, not refused).")
 	mSockets      = desc("mqtt_sockets_open", "MQTT sockets open, including those that have not sent CONNECT yet.")
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")

@@ -96,6 +96,7 @@ type Options struct {
 	ConnectBurst           int
 	ConnectRateExempt      []string // CIDR prefixes
 	PublishRate            float64  // publications per second per client; 0: no limit
+	PingRate               float64  // PINGREQs per second per client (bursts of pingBurst); faster ones disconnect it; 0: no limit
 	MaxKeepAlive           time.Duration
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.

@@ -89,6 +89,9 @@ type clientInfo struct {
 	// publish is the client's publish rate bucket. Only the client's own
 	// read goroutine (OnPublish) touches it.
 	publish ratelimit.Bucket
+	// pings is the client's PINGREQ budget (mqtt.ping_rate_per_client);
+	// only its read goroutine (OnPacketRead) touches it.
+	pings ratelimit.Bucket
 	// subscribing holds the filters of the SUBSCRIBE being processed:
 	// mochi asks OnACLCheck(read) both for them and for every message it
 	// delivers to the client, with nothing else to tell the two apart.
@@ -442,11 +445,14 @@ func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
 	if cl.Net.Inline {
 		return
 	}
+	if cl.IsTakenOver() {
+		// The session, if any, is the new connection's, which journaled
+		// what became of it (OnSessionEstablished): an end journaled here
+		// could land after the new session's start and end it.
+		return
+	}
 	if expire {
 		h.b.j.SessionEnd(cl.ID)
-	}
-	if cl.IsTakenOver() {
-		return // the session, if any, is the new connection's
 	}
 	if expire {
 		h.sessions.remove(cl.ID)
@@ -468,6 +474,40 @@ func (h *hook) OnClientExpired(cl *mqtt.Client) {
 	h.sessions.remove(cl.ID)
 	h.b.server.UnsubscribeClient(cl)
 	h.b.j.SessionEnd(cl.ID)
+}
+
+// pingBurst is how many PINGREQs a client may send at once beyond
+// mqtt.ping_rate_per_client.
+const pingBurst = 10
+
+// errPingRate ends a connection whose client sends PINGREQs faster than
+// mqtt.ping_rate_per_client.
+var errPingRate = errors.New("PINGREQs faster than mqtt.ping_rate_per_client")
+
+// pinged takes a PINGREQ from cl's ping budget: a client pings at most
+// once per keep alive, so one that floods PINGREQs (each costs a read and
+// a PINGRESP, a core at full speed) is disconnected and counted.
+func (h *hook) pinged(cl *mqtt.Client) error {
+	b := h.b
+	rate := b.opts.PingRate
+	if rate <= 0 {
+		return nil
+	}
+	v, ok := h.clients.Load(cl)
+	if !ok {
+		return nil
+	}
+	info := v.(*clientInfo)
+	if info.pings.Take(time.Now(), rate, pingBurst) == 0 {
+		return nil
+	}
+	b.mqttRefused[RefusedPingRate].Add(1)
+	if ok, held := b.logLimiter.Allow("ping-rate", b.now()); ok {
+		b.log.Warn("mqtt client disconnected: PINGREQs faster than mqtt.ping_rate_per_client",
+			"client", cl.ID, "remote", cl.Net.Remote, "suppressed_since_last", held)
+	}
+	// mochi ends the connection only on ErrRejectPacket from this hook.
+	return fmt.Errorf("%w: %w", packets.ErrRejectPacket, errPingRate)
 }
 
 // OnPacketRead journals the end of a QoS 2 exchange a client began, as
@@ -492,6 +532,8 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		return pk, nil
 	}
 	switch pk.FixedHeader.Type {
+	case packets.Pingreq:
+		return pk, h.pinged(cl)
 	case packets.Pubrel:
 	case packets.Publish:
 		if pk.FixedHeader.Qos != 2 || pk.FixedHeader.Dup {

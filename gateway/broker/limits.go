@@ -39,13 +39,14 @@ const (
 	RefusedWebSocketOrigin                  // HTTP 403: a WebSocket handshake from a web origin not in mqtt.websocket.allowed_origins
 	RefusedClientID                         // CONNACK 0x85 / 3.1.1 code 2: client id not the identity's, or another's
 	RefusedSessionLimit                     // CONNACK 0x97 / 3.1.1 code 3: mqtt.max_sessions(_per_identity), every session connected
+	RefusedPingRate                         // disconnected: PINGREQs faster than mqtt.ping_rate_per_client
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
 	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout", "websocket_origin",
-	"client_id_not_allowed", "session_limit"}
+	"client_id_not_allowed", "session_limit", "ping_rate"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 
@@ -66,6 +67,8 @@ func classify(err error) (Refusal, bool) {
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), errors.Is(err, mqtt.ErrConnectionClosed):
 		return 0, false
+	case errors.Is(err, errPingRate):
+		return 0, false // counted by the hook
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		// mochi wraps the errors of reading CONNECT so; a deadline passed
 		// later is a keep alive expiry, a normal end.
