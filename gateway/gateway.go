@@ -399,6 +399,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	err := g.broker.Serve(broker.Restored{Sessions: g.sessions, Subscriptions: g.subs, AwaitingRelease: g.awaitRel})
 	g.mu.Unlock()
 	if err != nil {
+		g.broker.Close() // the listeners Listen bound
 		jcancel()
 		<-jdone
 		g.closeFiles()

@@ -51,7 +51,9 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		// letter.
 		h.g.notAllowed.Add(1)
 		detail := "the publisher may publish readings of device " + strconv.Quote(h.device) + " only"
-		h.refuse(DeadItem{Reason: ReasonDeviceNotAllowed, Detail: detail, HasReading: true, Reading: r}, r.Device)
+		// Filed under the publisher (the claimed device is in the reading),
+		// not under the device it tried to speak for.
+		h.refuse(DeadItem{Reason: ReasonDeviceNotAllowed, Detail: detail, HasReading: true, Reading: r}, h.device)
 		return
 	}
 	o := h.g.agg.Add(r)

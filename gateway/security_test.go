@@ -689,3 +689,47 @@ func TestCertificateNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestWebSocketClientCertificate: over wss:// a verified client
+// certificate names the client as it does on the TLS listener (the
+// identity is read through the WebSocket and write-deadline wrappers).
+func TestWebSocketClientCertificate(t *testing.T) {
+	ca := testpki.New(t, "test-ca")
+	cfg := secureConfig(t, ca)
+	cfg.MQTT.WebSocket.Listen = fmt.Sprintf("127.0.0.1:%d", kafkatest.FreePort(t))
+	cfg.MQTT.WebSocket.TLS = true
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	_, _, pair := ca.Issue("dev-ws", false)
+	d := &websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}}
+	var ws *websocket.Conn
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if ws, _, err = d.Dial("wss://"+gw.WebSocketAddr()+"/", nil); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	defer ws.Close()
+	var b bytes.Buffer
+	(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT},
+		Content: &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: "dev-ws", CleanStart: true, KeepAlive: 30,
+			Properties: &packets.Properties{}}}).WriteTo(&b)
+	if err := ws.WriteMessage(websocket.BinaryMessage, b.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, msg, err := ws.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := packets.ReadPacket(bytes.NewReader(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca, ok := cp.Content.(*packets.Connack); !ok || ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK over wss with the certificate of dev-ws: %+v, want success (no username, anonymous off)", cp.Content)
+	}
+}

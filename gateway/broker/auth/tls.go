@@ -87,7 +87,14 @@ func (s *ServerTLS) Config() *tls.Config {
 // CertIdentity returns the identity a verified client certificate gives a
 // connection: its subject common name, or failing that its first DNS name.
 func CertIdentity(c net.Conn) (string, bool, error) {
-	if w, ok := c.(interface{ NetConn() net.Conn }); ok { // a wrapper of the broker's
+	for { // through the broker's wrappers (write deadline, WebSocket) to the TLS connection
+		if _, ok := c.(*tls.Conn); ok {
+			break
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			break
+		}
 		c = w.NetConn()
 	}
 	tc, ok := c.(*tls.Conn)

@@ -188,6 +188,10 @@ type wsConn struct {
 
 var errNotBinary = errors.New("websocket message is not binary")
 
+// NetConn returns the connection under the WebSocket (a *tls.Conn on
+// wss://), whose client certificate names the client.
+func (ws *wsConn) NetConn() net.Conn { return ws.Conn }
+
 func (ws *wsConn) Read(p []byte) (int, error) {
 	for {
 		if ws.r == nil {
