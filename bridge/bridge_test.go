@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,24 +24,6 @@ const (
 	summaries = "edge.summaries"
 	dead      = "edge.deadletter"
 )
-
-func run(t *testing.T, f *bridge.Forwarder) (stop func() error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var err error
-	wg.Add(1)
-	go func() { defer wg.Done(); err = f.Run(ctx) }()
-	return func() error { cancel(); wg.Wait(); return err }
-}
-
-func summary(dev string, minute int) aggregate.Summary {
-	start := time.Date(2026, 11, 30, 10, minute, 0, 0, time.UTC)
-	s := aggregate.Summary{Gateway: "gw-1", Device: dev, Metric: "temp", WindowStart: start, WindowEnd: start.Add(time.Minute),
-		Count: int64(minute + 1), Min: 1, Max: 2, Sum: 3, Mean: 1.5, First: 1, Last: 2}
-	s.ID = aggregate.SummaryID(s.Gateway, s.Device, s.Metric, s.WindowStart, 0)
-	return s
-}
 
 // TestDeliversInOrderPerDevice sends 40 windows of 25 devices through the
 // forwarder into kfake (4 partitions) and reads them back with a
@@ -462,3 +442,8 @@ func TestOldestAge(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+var (
+	run     = kafkatest.Run
+	summary = kafkatest.Summary
+)

@@ -142,13 +142,7 @@ func (d *DeadLetter) AppendJSON(b []byte) []byte {
 		field("device", d.Device)
 	}
 	if d.HasReading {
-		field("metric", d.Metric)
-		if d.Unit != "" {
-			field("unit", d.Unit)
-		}
-		field("time", d.Time.UTC().Format(time.RFC3339Nano))
-		b = append(b, `,"value":`...)
-		b = appendFloat(b, d.Value)
+		b = appendReading(b, d.Metric, d.Unit, d.Time, d.Value)
 	}
 	if len(d.Reasons) > 0 {
 		b = append(b, `,"reasons":[`...)
@@ -198,13 +192,22 @@ func (it *Item) appendJSON(b []byte) []byte {
 		field("detail", it.Detail)
 	}
 	if it.HasReading {
-		field("metric", it.Metric)
-		if it.Unit != "" {
-			field("unit", it.Unit)
-		}
-		field("time", it.Time.UTC().Format(time.RFC3339Nano))
-		b = append(b, `,"value":`...)
-		b = appendFloat(b, it.Value)
+		b = appendReading(b, it.Metric, it.Unit, it.Time, it.Value)
 	}
 	return append(b, '}')
+}
+
+// appendReading appends a decoded reading's fields: "metric", "unit" (if
+// any), "time" and "value".
+func appendReading(b []byte, metric, unit string, t time.Time, v float64) []byte {
+	b = append(b, `,"metric":`...)
+	b = appendString(b, metric)
+	if unit != "" {
+		b = append(b, `,"unit":`...)
+		b = appendString(b, unit)
+	}
+	b = append(b, `,"time":`...)
+	b = appendString(b, t.UTC().Format(time.RFC3339Nano))
+	b = append(b, `,"value":`...)
+	return appendFloat(b, v)
 }
