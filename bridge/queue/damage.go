@@ -57,6 +57,36 @@ func resync(b []byte, base int64, from uint64) (off int64, seq uint64, ok bool) 
 	return 0, 0, false
 }
 
+// neverWritten reports whether a damaged region looks like space the
+// file was extended over but whose writes never reached the disk: after a
+// power cut, unsynced writes land in any order, and a later one may have
+// made it while an earlier one did not, which then reads back as zeros.
+// Such a region starts where a frame was expected and found none (an
+// all-zero frame header), or ends, where the next valid frame begins, in
+// zeros (a torn write followed by the gap). A flipped bit or a bad sector
+// in written frames looks like neither.
+//
+// What follows a never-written region was not synced either (a sync
+// covers everything before it), so it was never acknowledged: it is a
+// damaged tail, not a hole. Keeping it would report records stored that
+// come after one that is not.
+func neverWritten(region []byte) bool {
+	const zeroTail = 16
+	if len(region) < frameHeader {
+		return false
+	}
+	return allZero(region[:frameHeader]) || len(region) >= zeroTail && allZero(region[len(region)-zeroTail:])
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // copyToQuarantine keeps a copy of a damaged segment in quarantine/, once.
 // The caller holds l.mu.
 func (l *Log) copyToQuarantine(s *segment) {
@@ -146,6 +176,9 @@ func (l *Log) skip(f *os.File, first uint64, off int64, expect uint64, why error
 		rest, from = rest[1:], 1
 	}
 	to, seq, ok := resync(rest, from, expect)
+	if ok && neverWritten(rest[:to-from]) {
+		ok = false // the tail of a power cut: see neverWritten
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()

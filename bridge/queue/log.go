@@ -222,6 +222,13 @@ func (l *Log) recoverActive() error {
 		if !ok {
 			break
 		}
+		if neverWritten(data[off-base : to-base]) {
+			// Unsynced writes that landed out of order after a power cut:
+			// the rest is a torn tail (see neverWritten).
+			l.log.Warn("queue: unsynced tail dropped: a never-written gap, then frames that landed after it (power loss)",
+				"segment", s.path, "offset", off, "frames_resume_at", to)
+			break
+		}
 		if s.holes == nil {
 			s.holes = map[int64]hole{}
 		}

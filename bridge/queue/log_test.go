@@ -183,6 +183,35 @@ func TestRecovery(t *testing.T) {
 			want:      all,
 			truncated: 4096,
 		},
+		// After a power cut, unsynced writes may have reached the card in
+		// any order: a later batch landed, an earlier one did not, and
+		// reads back as zeros. The frames after such a never-written gap
+		// were not synced either (nothing after the gap was acknowledged),
+		// so they are dropped with it, not kept as if only the gap were
+		// lost: a queue that kept them would report records stored that
+		// come after one that is not.
+		"never-written gap in the active segment": {
+			damage: func(t *testing.T, dir string) {
+				p := last(t, dir)
+				from, to := frameOffset(t, p, n-5), frameOffset(t, p, n-2)
+				f, _ := os.OpenFile(p, os.O_RDWR, 0)
+				f.WriteAt(make([]byte, to-from), from)
+				f.Close()
+			},
+			want:      func(string, []uint64) ([]uint64, uint64) { return seqs(1, n-6), 0 },
+			truncated: -1,
+		},
+		"torn write, then a never-written gap": {
+			damage: func(t *testing.T, dir string) {
+				p := last(t, dir)
+				from, to := frameOffset(t, p, n-5), frameOffset(t, p, n-2)
+				f, _ := os.OpenFile(p, os.O_RDWR, 0)
+				f.WriteAt(make([]byte, to-from-11), from+11) // the first 11 bytes of frame n-5 landed
+				f.Close()
+			},
+			want:      func(string, []uint64) ([]uint64, uint64) { return seqs(1, n-6), 0 },
+			truncated: -1,
+		},
 		"active segment header destroyed": {
 			damage: func(t *testing.T, dir string) {
 				f, _ := os.OpenFile(last(t, dir), os.O_RDWR, 0)
@@ -204,6 +233,21 @@ func TestRecovery(t *testing.T) {
 			// only the damaged record is lost
 			want: func(_ string, f []uint64) ([]uint64, uint64) {
 				return append(seqs(1, f[1]+1), seqs(f[1]+3, n)...), 1
+			},
+			quarantined: 1,
+		},
+		"never-written gap in a sealed segment": {
+			damage: func(t *testing.T, dir string) {
+				p := segments(t, dir)[1]
+				first, _ := parseSegName(filepath.Base(p))
+				from, to := frameOffset(t, p, first+2), frameOffset(t, p, first+4)
+				f, _ := os.OpenFile(p, os.O_RDWR, 0)
+				f.WriteAt(make([]byte, to-from), from)
+				f.Close()
+			},
+			// a damaged tail: cut at the gap
+			want: func(_ string, f []uint64) ([]uint64, uint64) {
+				return append(seqs(1, f[1]+1), seqs(f[2], n)...), f[2] - f[1] - 2
 			},
 			quarantined: 1,
 		},

@@ -79,8 +79,15 @@ func (l *Log) Position() uint64 {
 }
 
 // SetPosition durably records a consumer position (atomically, see
-// WriteFileAtomic).
+// WriteFileAtomic). The segments are synced first: the directory fsync
+// that makes the new metadata durable also makes every segment's entry
+// durable, and a segment must never be there while the one sealed
+// before it still has writes in flight (a power cut would leave a gap
+// in the sealed one with records after it, in the new one).
 func (l *Log) SetPosition(pos uint64) error {
+	if err := l.Sync(); err != nil {
+		return fmt.Errorf("store queue position: %w", err)
+	}
 	var p [8]byte
 	binary.LittleEndian.PutUint64(p[:], pos)
 	if err := WriteFileAtomic(l.dir, metaFile, appendFrame(nil, 0, p[:])); err != nil {
