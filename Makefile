@@ -17,8 +17,9 @@ help:
 	@echo "make lint    gofmt, go vet, staticcheck"
 	@echo "make check   lint + test"
 	@echo "make e2e     the built binary with mosquitto_pub, kcat and qemu-user (ARM builds);"
-	@echo "             20 SIGKILL cycles under QoS 1 load, then an exact check in Kafka"
-	@echo "make crash-long  the same crash loop with 200 cycles"
+	@echo "             20 SIGKILL cycles under QoS 1 load and 24 power cuts (FUSE, needs fuse3)"
+	@echo "             under QoS 1 and 2 load, each then checked exactly in Kafka"
+	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
 	@echo "make fuzz    fuzz the payload decoder, the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
@@ -83,11 +84,13 @@ deb: cross
 
 e2e:
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'PowerCut' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 5m -run 'Sink' -v ./cmd/edgecat
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Soak' -v ./cmd/edgesim
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long
+	$(GO) test -tags e2e -count=1 -timeout 90m -run PowerCut -v ./cmd/edgegate -long
 
 clean:
 	rm -rf bin $(DIST)

@@ -48,6 +48,13 @@ type crashGateway struct {
 
 func (g *crashGateway) start() {
 	g.t.Helper()
+	g.launch()
+	g.waitListening()
+}
+
+// launch starts the gateway without waiting for it to listen.
+func (g *crashGateway) launch() {
+	g.t.Helper()
 	g.started++
 	logf, err := os.Create(filepath.Join(g.logs, fmt.Sprintf("run-%03d.log", g.started)))
 	if err != nil {
@@ -62,6 +69,11 @@ func (g *crashGateway) start() {
 		g.t.Fatal(err)
 	}
 	logf.Close()
+}
+
+// waitListening waits until the gateway accepts MQTT connections.
+func (g *crashGateway) waitListening() {
+	g.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if c, err := net.Dial("tcp", g.mqtt); err == nil {
@@ -167,6 +179,26 @@ log: {level: info}
 	}
 	g.start() // delivers whatever the shutdown's grace period left queued
 
+	acked := make([]int, devices)
+	for d := range devices {
+		acked[d] = int(fl.acked[d].Load())
+	}
+	records, windows := checkExactlyOnce(t, brokers, "crash-dev", acked, stamp, value)
+	t.Logf("%d kill cycles, %d readings from %d devices in %d windows (%d summary records, revisions included); %d publish errors retried",
+		cycles, sum(acked), devices, windows, records, fl.errs.Load())
+	if err := g.stop(); err != nil {
+		t.Errorf("last stop: %v", err)
+	}
+}
+
+// checkExactlyOnce reads edge.summaries with a read_committed consumer
+// until every window is complete (or a minute has passed) and checks that
+// the highest revision of each window has the statistics of exactly the
+// readings acknowledged (acked[d] for device prefix-d, readings numbered
+// from 0, stamped and valued by stamp and value), and that no summary
+// came twice. It returns the records read and the windows expected.
+func checkExactlyOnce(t *testing.T, brokers []string, prefix string, acked []int, stamp func(i int) time.Time, value func(d, i int) float64) (records, windows int) {
+	t.Helper()
 	// Expected: every reading of every device exactly once.
 	type key struct {
 		dev   string
@@ -175,12 +207,11 @@ log: {level: info}
 	want := map[key]aggregate.Summary{}
 	firstAt, lastAt := map[key]time.Time{}, map[key]time.Time{}
 	total := 0
-	for d := range devices {
-		n := int(fl.acked[d].Load())
+	for d, n := range acked {
 		total += n
 		for i := range n {
 			at := stamp(i)
-			k := key{fmt.Sprintf("crash-dev-%d", d), at.Truncate(time.Minute)}
+			k := key{fmt.Sprintf("%s-%d", prefix, d), at.Truncate(time.Minute)}
 			s, ok := want[k]
 			v := value(d, i)
 			if !ok {
@@ -199,7 +230,7 @@ log: {level: info}
 			want[k] = s
 		}
 	}
-	t.Logf("%d kill cycles, %d readings from %d devices in %d windows; %d publish errors retried", cycles, total, devices, len(want), fl.errs.Load())
+	t.Logf("%d readings acknowledged, in %d windows", total, len(want))
 
 	// Read until every window's count is complete, or a timeout.
 	got := map[key]aggregate.Summary{}
@@ -227,7 +258,16 @@ log: {level: info}
 			}
 		}
 		if complete || time.Now().After(deadline) {
-			t.Logf("%d summary records (revisions included) in Kafka", len(msgs))
+			records = len(msgs)
+			revisions := 0
+			for _, m := range msgs {
+				var s aggregate.Summary
+				json.Unmarshal(m.Value, &s)
+				if s.Revision > 0 {
+					revisions++
+				}
+			}
+			t.Logf("%d summary records in Kafka, %d of them revisions of a window", records, revisions)
 			break
 		}
 	}
@@ -253,9 +293,14 @@ log: {level: info}
 			t.Errorf("%s %s: summary for a window nothing was sent to", k.dev, k.start)
 		}
 	}
-	if err := g.stop(); err != nil {
-		t.Errorf("last stop: %v", err)
+	return records, len(want)
+}
+
+func sum(xs []int) (n int) {
+	for _, x := range xs {
+		n += x
 	}
+	return n
 }
 
 // fleet is paho devices with persistent sessions publishing QoS 1
@@ -269,6 +314,12 @@ type fleet struct {
 }
 
 func startFleet(t *testing.T, ctx context.Context, addr, prefix string, devices, inflight int, payload func(d, i int) string) *fleet {
+	t.Helper()
+	return startFleetQoS(t, ctx, addr, prefix, devices, inflight, payload, func(int) byte { return 1 })
+}
+
+// startFleetQoS is startFleet with device d publishing at QoS qos(d).
+func startFleetQoS(t *testing.T, ctx context.Context, addr, prefix string, devices, inflight int, payload func(d, i int) string, qos func(d int) byte) *fleet {
 	t.Helper()
 	u, _ := url.Parse("mqtt://" + addr)
 	f := &fleet{next: make([]atomic.Int64, devices), acked: make([]atomic.Int64, devices)}
@@ -300,7 +351,7 @@ func startFleet(t *testing.T, ctx context.Context, addr, prefix string, devices,
 						if err := cm.AwaitConnection(ctx); err != nil {
 							return
 						}
-						_, err := cm.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/%s-%d/temp", prefix, d), QoS: 1, Payload: body})
+						_, err := cm.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/%s-%d/temp", prefix, d), QoS: qos(d), Payload: body})
 						if err == nil {
 							break
 						}

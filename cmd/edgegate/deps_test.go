@@ -143,3 +143,19 @@ func TestDependencyDirection(t *testing.T) {
 		}
 	}
 }
+
+// TestTestOnlyPackages: the power-loss card (FUSE) is for tests; no
+// binary links it.
+func TestTestOnlyPackages(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for line := range strings.Lines(string(out)) {
+		if p := strings.TrimSpace(line); strings.HasPrefix(p, "github.com/hanwen/go-fuse/") || strings.HasSuffix(p, "/firmware-sim/sdcard") {
+			t.Errorf("a binary links %s, which only tests may", p)
+		}
+	}
+}
