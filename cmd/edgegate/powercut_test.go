@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -20,15 +21,18 @@ import (
 	"github.com/edgegate/edgegate/firmware-sim/sdcard"
 )
 
-var cuts = flag.Int("cuts", 0, "power-cut loop: the number of cuts (default 24, 300 with -long)")
+var (
+	cuts  = flag.Int("cuts", 0, "power-cut loop: the number of cuts (default 24, 300 with -long)")
+	cutAt = flag.String("cutat", "", "power-cut loop: only the cut points whose name matches this regular expression")
+)
 
 // cutPoint is where in the gateway's work a power cut falls: at the
-// skip-th operation match accepts (any instant when match is nil). A
-// cut at start falls while the gateway recovers after a SIGKILL.
+// skip-th operation match accepts (any instant when match is nil). The
+// gateway drops segments and rolls new ones mostly just after a start,
+// so those cut points are armed after a SIGKILL, before it starts again.
 type cutPoint struct {
 	name    string
-	atStart bool // the cut falls while the gateway starts after a SIGKILL
-	soon    bool // armed as soon as the gateway is up (what it does right after a start)
+	atStart bool // armed after a SIGKILL, before the gateway starts again
 	match   func(op sdcard.Op) bool
 }
 
@@ -40,8 +44,8 @@ var cutPoints = []cutPoint{
 	{name: "any instant"},
 	{name: "checkpoint (state.db written)", match: opIn(sdcard.OpWrite, "data/state/state.db")},
 	{name: "checkpoint (state.db synced)", match: opIn(sdcard.OpFsync, "data/state/state.db")},
-	{name: "journal segments dropped", soon: true, match: opIn(sdcard.OpUnlink, "data/ingest/")},
-	{name: "queue segments dropped", soon: true, match: opIn(sdcard.OpUnlink, "data/outbound/")},
+	{name: "journal segments dropped", atStart: true, match: opIn(sdcard.OpUnlink, "data/ingest/")},
+	{name: "queue segments dropped", atStart: true, match: opIn(sdcard.OpUnlink, "data/outbound/")},
 	{name: "delivery (position stored)", match: func(op sdcard.Op) bool {
 		return op.Kind == sdcard.OpRename && op.To == "data/outbound/meta"
 	}},
@@ -118,11 +122,12 @@ log: {level: info}
 		}
 	}()
 
-	// Readings 50 ms apart in event time from an hour ago, so that windows
-	// close (and are delivered) every few seconds; every 500th is 2 min
-	// late and revises a closed window. Odd devices publish at QoS 2.
+	// Readings 50 ms apart in event time from eight hours ago (a long run
+	// stays in the past), so that windows close (and are delivered) every
+	// few seconds; every 500th is 2 min late and revises a closed window.
+	// Odd devices publish at QoS 2.
 	const devices, inflight = 6, 4
-	base := time.Now().UTC().Truncate(time.Minute).Add(-time.Hour)
+	base := time.Now().UTC().Truncate(time.Minute).Add(-8 * time.Hour)
 	stamp := func(i int) time.Time {
 		t := base.Add(time.Duration(i) * 50 * time.Millisecond)
 		if i%500 == 499 && i > 3000 {
@@ -137,12 +142,22 @@ log: {level: info}
 		return fmt.Sprintf(`{"v":%g,"t":%d}`, value(d, i), stamp(i).UnixMilli())
 	}, func(d int) byte { return byte(1 + d%2) })
 
+	points := cutPoints
+	if *cutAt != "" {
+		re := regexp.MustCompile(*cutAt)
+		points = nil
+		for _, cp := range cutPoints {
+			if re.MatchString(cp.name) {
+				points = append(points, cp)
+			}
+		}
+	}
 	losses := []sdcard.Loss{sdcard.LoseUnsynced, sdcard.TornWrite, sdcard.Reordered}
 	fired := map[string]int{}
 	var lost, kept int64
 	var undone, starts int
 	for c := range n {
-		cp := cutPoints[c%len(cutPoints)]
+		cp := points[c%len(points)]
 		skip := 1 + rng.IntN(3)
 		switch cp.name {
 		case "start: recovery":
@@ -162,14 +177,14 @@ log: {level: info}
 		}
 		if cp.atStart {
 			// A SIGKILL (the card keeps everything), then the cut falls
-			// while the gateway starts again.
+			// while the gateway starts again. It runs a while first, so
+			// that its segments hold records and the start rolls them.
+			time.Sleep(time.Duration(200+rng.IntN(800)) * time.Millisecond)
 			g.kill()
 			arm()
 			g.launch()
 		} else {
-			if !cp.soon {
-				time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
-			}
+			time.Sleep(time.Duration(100+rng.IntN(900)) * time.Millisecond)
 			if cp.match != nil {
 				arm()
 			}
