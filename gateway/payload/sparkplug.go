@@ -32,7 +32,11 @@ const (
 	ReasonProtobuf     Reason = "invalid_protobuf"
 	ReasonUnknownAlias Reason = "sparkplug_unknown_alias"
 	ReasonNoBirth      Reason = "sparkplug_no_birth"
-	ReasonTopic        Reason = "sparkplug_bad_topic"
+	// ReasonTooManyNodes and ReasonTooManyMetrics: an edge node over
+	// sparkplug.max_nodes, a metric or device over
+	// sparkplug.max_metrics_per_node.
+	ReasonTooManyNodes   Reason = "sparkplug_too_many_nodes"
+	ReasonTooManyMetrics Reason = "sparkplug_too_many_metrics"
 )
 
 // Sparkplug datatypes (Sparkplug 3.0 §6.4.16).
