@@ -109,7 +109,7 @@ func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
 		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages, mqtt.OnPacketRead,
-		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
+		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions, mqtt.OnWillSent}, []byte{b})
 }
 
 // OnConnect runs once a CONNECT is read and valid, before the
@@ -371,6 +371,19 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 		return pk, packets.CodeSuccessIgnore
 	}
 	return pk, nil
+}
+
+// OnWillSent journals a will the gateway ingests (a Sparkplug NDEATH) as
+// the client's QoS 0 publication, with the identity it is bound to: mochi
+// publishes wills without OnPublish. It runs in the client's goroutine as
+// its connection ends, before OnDisconnect.
+func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline || !h.b.in.WillTopic(pk.TopicName) {
+		return
+	}
+	if _, err := h.b.j.Publish(cl.ID, h.ownDevice(cl), nil, 0, 0, pk.TopicName, pk.Payload, false); err != nil {
+		h.b.log.Warn("will not journaled (the journal is closed or failed)", "client", cl.ID, "topic", pk.TopicName, "err", err)
+	}
 }
 
 // overReceiveMaximum disconnects a client that sent a QoS 1/2 publication
