@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +250,60 @@ func TestSparkplugAliasesSurviveRestart(t *testing.T) {
 	if s.Readings != 2 || s.UnknownAliases != 0 || s.BeforeBirth != 0 || s.RebirthRequests != 0 || s.SeqGaps != 0 || s.NodesOnline != 1 ||
 		s.NodeList[0].BdSeq != 3 || s.NodeList[0].Metrics != 3 {
 		t.Fatalf("after the restart: %+v", s)
+	}
+}
+
+// TestSparkplugDeathAndACL: with the device role, an edge node publishes
+// its own topics only, never a command; a will on another node's NDEATH
+// is dropped at CONNECT (mochi would send it without asking the ACL); the
+// node's own will, its NDEATH, ends its session.
+func TestSparkplugDeathAndACL(t *testing.T) {
+	cfg := sparkplugConfig(t, []string{"127.0.0.1:9"})
+	cfg.MQTT.ACL.AnonymousRole = "device"
+	// The device role, as edgegate makes it, and reading everything, so
+	// that the test sees what is routed.
+	dev := cfg.Roles()["device"]
+	dev.Subscribe = []string{"#"}
+	cfg.MQTT.ACL.Roles = map[string]configs.Role{"device": dev}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	death := func(node string, n uint64) *paho.WillMessage {
+		return &paho.WillMessage{QoS: 1, Topic: "spBv1.0/plant/NDEATH/" + node, Payload: payload.AppendSparkplug(nil, 0, -1, []payload.SparkplugOut{bdSeq(n)})}
+	}
+	e, conn := dialSparkplug(t, gw.Addr(), "line1", death("line1", 0))
+	e.subscribe("spBv1.0/plant/NDEATH/+", "spBv1.0/plant/NDATA/line1")
+	if rc := e.publish(sparkplug.NBirth, "", t0, bdSeq(0), spDouble("temp", 1, 20, time.Time{})); rc != 0 {
+		t.Fatalf("own NBIRTH refused: %#x", rc)
+	}
+	other := &spClient{t: t, c: e.c, group: "plant", node: "line2"}
+	if rc := other.publish(sparkplug.NData, "", t0, spDouble("", 1, 1, time.Time{})); rc != 0x87 {
+		t.Errorf("NDATA of another node: reason %#x, want 0x87 (not authorized)", rc)
+	}
+	if pr, err := e.c.Publish(context.Background(), &paho.Publish{Topic: "spBv1.0/plant/NCMD/line1", QoS: 1, Payload: []byte{}}); err == nil || pr.ReasonCode != 0x87 {
+		t.Errorf("NCMD from an edge node: %v, %v; want 0x87", pr, err)
+	}
+	// line2 claims line1's NDEATH as its will, and goes away.
+	before := gw.Stats().MQTTRefused["publish_not_authorized"]
+	_, conn2 := dialSparkplug(t, gw.Addr(), "line2", death("line1", 0))
+	conn2.Close()
+	settled(t, gw, func(s gateway.Stats) bool { return s.Clients == 1 })
+	// A publication after line2 is gone: were its will routed, it would
+	// have come first.
+	e.publish(sparkplug.NData, "", t0, spDouble("", 1, 21, time.Time{}))
+	if m := e.next("own NDATA"); m.Topic != "spBv1.0/plant/NDATA/line1" {
+		t.Fatalf("received %s %x: a will on another node's NDEATH was routed", m.Topic, m.Payload)
+	}
+	s := settled(t, gw, func(s gateway.Stats) bool { return s.Publishes == 2 })
+	if s.Sparkplug.NodesOnline != 1 || s.MQTTRefused["publish_not_authorized"] < before+1 {
+		t.Fatalf("after the forged will: %+v, refused %v", s.Sparkplug, s.MQTTRefused)
+	}
+	// line1's connection breaks: its will, the NDEATH of its session.
+	conn.Close()
+	s = settled(t, gw, func(s gateway.Stats) bool { return s.Sparkplug.SessionsEnded == 1 })
+	if sp := s.Sparkplug; sp.NodesOnline != 0 || sp.Nodes != 1 || sp.SessionsEnded != 1 || sp.StaleDeaths != 0 || !strings.Contains(sp.NodeList[0].Node, "line1") {
+		t.Fatalf("after line1's will: %+v", sp)
 	}
 }
