@@ -1106,7 +1106,7 @@ func (c *Config) Roles() map[string]Role {
 		for _, typ := range []string{"DBIRTH", "DDATA", "DDEATH"} {
 			own = append(own, sparkplug.Namespace+"/+/"+typ+"/{username}/+")
 		}
-		devSub = append(devSub, sparkplug.Namespace+"/+/NCMD/{username}", sparkplug.Namespace+"/+/DCMD/{username}/+",
+		devSub = append(devSub, sparkplug.Namespace+"/+/NCMD/{username}/#", sparkplug.Namespace+"/+/DCMD/{username}/#",
 			sparkplug.StateTopic(c.SparkplugHostID()))
 		all = append(all, sparkplug.Namespace+"/#")
 	}

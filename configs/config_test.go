@@ -193,7 +193,7 @@ func TestSparkplugConfig(t *testing.T) {
 			t.Errorf("device role cannot publish %s: %v", f, dev.Publish)
 		}
 	}
-	for _, f := range []string{"spBv1.0/+/NCMD/{username}", "spBv1.0/+/DCMD/{username}/+", "spBv1.0/STATE/scada-1"} {
+	for _, f := range []string{"spBv1.0/+/NCMD/{username}/#", "spBv1.0/+/DCMD/{username}/#", "spBv1.0/STATE/scada-1"} {
 		if !has(dev.Subscribe, f) {
 			t.Errorf("device role cannot subscribe %s: %v", f, dev.Subscribe)
 		}
