@@ -139,7 +139,10 @@ func TestSparkplugEndToEnd(t *testing.T) {
 	_, brokers := kafkatest.Start(t, 3, summariesTopic, deadTopic, "edge.offsets")
 	cfg := sparkplugConfig(t, brokers)
 	st := startStack(t, cfg, func() time.Time { return t0 })
-	at := func(s string) time.Time { tt, _ := time.Parse("15:04:05", s); return time.Date(2026, 11, 30, tt.Hour(), tt.Minute(), tt.Second(), 0, time.UTC) }
+	at := func(s string) time.Time {
+		tt, _ := time.Parse("15:04:05", s)
+		return time.Date(2026, 11, 30, tt.Hour(), tt.Minute(), tt.Second(), 0, time.UTC)
+	}
 
 	host, _ := dialSparkplug(t, st.gw.Addr(), "scada", nil)
 	host.subscribe("spBv1.0/STATE/gw-it", "spBv1.0/plant/NCMD/+")

@@ -92,7 +92,7 @@ type sparkplugStatus struct {
 	MQTT struct {
 		Publishes uint64
 		Sparkplug struct {
-			Nodes, NodesOnline, Devices, DevicesOnline int
+			Nodes, NodesOnline, Devices, DevicesOnline                                                    int
 			Historical, RebirthRequests, UnknownAliases, SessionsEnded, StaleDeaths, SeqGaps, BeforeBirth uint64
 		}
 	}
@@ -183,7 +183,9 @@ log: {level: debug}
 			t.Logf("gateway log:\n%s", gwLog.String())
 		}
 	})
-	waitStatus(t, httpAddr, "gateway start", func(s sparkplugStatus) bool { return s.MQTT.Sparkplug.Nodes == 0 && s.MQTT.Publishes == 0 && statusUp(httpAddr) })
+	waitStatus(t, httpAddr, "gateway start", func(s sparkplugStatus) bool {
+		return s.MQTT.Sparkplug.Nodes == 0 && s.MQTT.Publishes == 0 && statusUp(httpAddr)
+	})
 
 	base := time.Now().Add(-10 * time.Minute).Truncate(time.Minute)
 	node := exec.Command("node", "edge.js", "mqtt://"+mqttAddr, "plant", "line1", fmt.Sprint(base.UnixMilli()))
