@@ -145,6 +145,7 @@ type node struct {
 }
 
 type device struct {
+	id     string // within its node; "" for the node itself
 	name   string // the device name of its readings
 	online bool
 	born   bool
@@ -266,7 +267,9 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 				Detail: fmt.Sprintf("a new edge node over sparkplug.max_nodes (%d); raise it, or end the sessions of nodes that are gone (their NDEATH)", h.opts.MaxNodes)})
 			return
 		}
-		n = &node{group: t.Group, id: t.Node, name: t.Group + h.opts.Separator + t.Node, bdSeq: -1, seq: -1}
+		// The topic aliases the caller's record, which is reused: the
+		// names kept are copies.
+		n = &node{group: strings.Clone(t.Group), id: strings.Clone(t.Node), name: t.Group + h.opts.Separator + t.Node, bdSeq: -1, seq: -1}
 		h.nodes[key] = n
 	}
 	n.lastSeen = now.UnixNano()
@@ -392,11 +395,12 @@ func (h *Host) dbirth(n *node, id string, now time.Time, out Handler) {
 				Detail: fmt.Sprintf("a new device over sparkplug.max_metrics_per_node (%d, devices and metrics of one edge node); raise it", h.opts.MaxMetricsPerNode)})
 			return
 		}
-		d = &device{name: n.name + h.opts.Separator + id}
+		id = strings.Clone(id) // as the node's names
+		d = &device{id: id, name: n.name + h.opts.Separator + id}
 		n.devices[id] = d
 	}
 	d.online, d.born, d.byName = true, true, map[string]int32{}
-	h.birth(n, id, now, out)
+	h.birth(n, d.id, now, out)
 }
 
 func orDefault(m *payload.SparkplugMetric, dt uint32) uint32 {
@@ -520,7 +524,7 @@ func (h *Host) data(n *node, d *device, now time.Time, out Handler) {
 		switch {
 		case m.HasAlias:
 			idx, ok = n.aliases[m.Alias]
-			ok = ok && n.metrics[idx].device == deviceID(n, d)
+			ok = ok && n.metrics[idx].device == d.id
 		case m.HasName:
 			idx, ok = d.byName[string(m.Name)]
 		}
@@ -543,14 +547,6 @@ func (h *Host) data(n *node, d *device, now time.Time, out Handler) {
 	if lost {
 		h.rebirth(n, now, out)
 	}
-}
-
-// deviceID returns the id of d within n ("" for the node itself).
-func deviceID(n *node, d *device) string {
-	if d.name == n.name {
-		return ""
-	}
-	return d.name[len(n.name)+1:]
 }
 
 // reading makes a reading of a metric's value, if it has one edgegate

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/gateway/payload"
@@ -378,4 +379,47 @@ func TestRebirthCommand(t *testing.T) {
 	if got := string(StatePayload(true, t0)); got != `{"online":true,"timestamp":1796032800000}` {
 		t.Fatalf("STATE %s", got)
 	}
+}
+
+// TestNamesAreCopied: the gateway hands Apply topics that alias its
+// journal record, which it reuses; the host keeps copies of the names.
+func TestNamesAreCopied(t *testing.T) {
+	h := New(Options{})
+	buf := make([]byte, 0, 64)
+	apply := func(topic string, body []byte, r *rec) {
+		t.Helper()
+		buf = append(buf[:0], topic...)
+		tp, ok := h.Ingests(unsafe.String(unsafe.SliceData(buf), len(buf)))
+		if !ok {
+			t.Fatalf("not ingested: %s", topic)
+		}
+		h.Apply(tp, body, t0, r)
+		for i := range buf {
+			buf[i] = 'x' // the record's bytes are reused
+		}
+	}
+	var r rec
+	apply("spBv1.0/g1/NBIRTH/n1", payload.AppendSparkplug(nil, 0, 0, nil), &r)
+	apply("spBv1.0/g1/DBIRTH/n1/d1", payload.AppendSparkplug(nil, 0, 1, []payload.SparkplugOut{def("m", 1, payload.SpDouble, 1)}), &r)
+	apply("spBv1.0/g1/DBIRTH/n1/d2", payload.AppendSparkplug(nil, 0, 2, []payload.SparkplugOut{def("m", 2, payload.SpDouble, 2)}), &r)
+	apply("spBv1.0/g1/DDATA/n1/d1", payload.AppendSparkplug(nil, 0, 3, []payload.SparkplugOut{byAlias(1, 3)}), &r)
+	want(t, r.readings, "g1/n1/d1 m 1 @10:00:00.000", "g1/n1/d2 m 2 @10:00:00.000", "g1/n1/d1 m 3 @10:00:00.000")
+	st := h.Stats()
+	if n := st.NodeList[0]; n.Group != "g1" || n.Node != "n1" || len(n.Devices) != 2 || n.Devices[0].ID != "d1" || n.Devices[1].ID != "d2" {
+		t.Fatalf("names changed with the record: %+v", n)
+	}
+	if snap := h.AppendSnapshot(nil); bytes.Contains(snap, []byte("xx")) {
+		t.Fatalf("snapshot holds the reused bytes: %q", snap)
+	}
+}
+
+// TestLongSeparator: a separator of several characters names devices and
+// leaves their aliases resolvable.
+func TestLongSeparator(t *testing.T) {
+	h := New(Options{Separator: "::"})
+	e := newEdge(t, h)
+	e.nbirth()
+	e.send(DBirth, "d1", def("m", 1, payload.SpDouble, 1))
+	e.send(DData, "d1", byAlias(1, 2))
+	want(t, e.r.readings, "plant::line1::d1 m 1 @10:00:00.000", "plant::line1::d1 m 2 @10:00:00.000")
 }

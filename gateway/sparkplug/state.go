@@ -164,7 +164,7 @@ func (h *Host) Restore(b []byte) error {
 		for range r.count(2) {
 			id := r.str()
 			f := r.byte()
-			d := &device{name: n.name, online: f&1 != 0, born: f&2 != 0, byName: map[string]int32{}}
+			d := &device{id: id, name: n.name, online: f&1 != 0, born: f&2 != 0, byName: map[string]int32{}}
 			if id != "" {
 				d.name += h.opts.Separator + id
 			}
