@@ -85,12 +85,6 @@ func (s *spState) death(node string) Message {
 	return Message{Topic: s.topic("NDEATH", node), Payload: spPayload(nil, 0, -1, m)}
 }
 
-// newSession starts the session of a new connection: its births are due.
-func (s *spState) newSession() {
-	s.bdSeq++
-	s.queueBirths()
-}
-
 func (s *spState) queueBirths() {
 	s.births = []outMsg{{Message: Message{Topic: "NBIRTH"}}, {Message: Message{Topic: "DBIRTH"}}}
 }

@@ -96,9 +96,6 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 	return t, true
 }
 
-// nodeLevel reports whether a message type is an edge node's own.
-func nodeLevel(typ string) bool { return typ == NBirth || typ == NData || typ == NDeath }
-
 // Host is the Sparkplug host state. It is not safe for concurrent use: the
 // gateway calls it under its lock.
 type Host struct {

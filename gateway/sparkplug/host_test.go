@@ -48,15 +48,14 @@ func byAlias(alias uint64, v float64) payload.SparkplugOut {
 
 // edge drives a Host as one edge node would.
 type edge struct {
-	t      *testing.T
-	h      *Host
-	group  string
-	node   string
-	seq    int
-	bdSeq  uint64
-	r      rec
-	now    time.Time
-	device string
+	t     *testing.T
+	h     *Host
+	group string
+	node  string
+	seq   int
+	bdSeq uint64
+	r     rec
+	now   time.Time
 }
 
 func newEdge(t *testing.T, h *Host) *edge {
