@@ -21,7 +21,7 @@ help:
 	@echo "             under QoS 1 and 2 load, each then checked exactly in Kafka"
 	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
-	@echo "make fuzz    fuzz the payload decoder, the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
+	@echo "make fuzz    fuzz the payload decoders (JSON, Sparkplug B), the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
 	@echo "make build   bin/edgegate, bin/edgesim, bin/edgecat, bin/devkafka for this machine"
@@ -59,6 +59,7 @@ bench:
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./gateway/payload
+	$(GO) test -run '^$$' -fuzz FuzzSparkplug -fuzztime $(FUZZTIME) ./gateway/payload
 	$(GO) test -run '^$$' -fuzz FuzzListener -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime $(FUZZTIME) ./bridge/queue
 

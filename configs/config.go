@@ -21,12 +21,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/devices"
 	"github.com/edgegate/edgegate/gateway/payload"
+	"github.com/edgegate/edgegate/gateway/sparkplug"
 )
 
 // Config is the whole configuration file.
@@ -39,6 +41,32 @@ type Config struct {
 	HTTP      HTTP      `yaml:"http"`
 	Log       Log       `yaml:"log"`
 	Sensors   []Sensor  `yaml:"sensors"`
+	Sparkplug Sparkplug `yaml:"sparkplug"`
+}
+
+// Sparkplug makes the gateway a Sparkplug B host application (Eclipse
+// Sparkplug 3.0): edge nodes' BIRTH, DATA and DEATH messages on
+// spBv1.0/<group>/... become readings of device
+// <group><sep><edge_node>[<sep><device>], metric the metric's name.
+type Sparkplug struct {
+	Enabled bool `yaml:"enabled"`
+	// HostID names the host in spBv1.0/STATE/<host_id>, which edge nodes
+	// configured with a primary host wait for; empty: gateway.id.
+	HostID string `yaml:"host_id"`
+	// Groups, if set, are the only group ids ingested.
+	Groups []string `yaml:"groups"`
+	// RebirthInterval is the least time between two rebirth requests
+	// (NCMD Node Control/Rebirth) to one edge node.
+	RebirthInterval Duration `yaml:"rebirth_interval"`
+	// DeviceSeparator joins group, edge node and device in device names.
+	DeviceSeparator string `yaml:"device_separator"`
+	// Booleans aggregates Boolean metrics as 0 and 1; off, they are
+	// counted and not aggregated.
+	Booleans bool `yaml:"booleans"`
+	// MaxNodes bounds the edge nodes the host keeps state for;
+	// MaxMetricsPerNode the metric definitions (and devices) of one.
+	MaxNodes          int `yaml:"max_nodes"`
+	MaxMetricsPerNode int `yaml:"max_metrics_per_node"`
 }
 
 // Sensor is an I²C sensor the gateway polls itself. Its readings enter the
@@ -461,6 +489,8 @@ func Default() Config {
 		Storage: Storage{MaxBytes: 1 << 30, FullPolicy: "backpressure", DeadLetterPayload: 4 << 10, DeadLetterShare: 0.1, CheckpointInterval: Duration(10 * time.Second), FsyncInterval: Duration(5 * time.Millisecond)},
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
+		Sparkplug: Sparkplug{RebirthInterval: Duration(sparkplug.DefaultRebirthInterval), DeviceSeparator: sparkplug.DefaultSeparator,
+			MaxNodes: sparkplug.DefaultMaxNodes, MaxMetricsPerNode: sparkplug.DefaultMaxMetricsPerNode},
 	}
 }
 
@@ -835,6 +865,7 @@ func (c *Config) Validate() error {
 	if _, ok := c.SensorTopic("d", "m"); len(c.Sensors) > 0 && !ok {
 		add("sensors", "need an mqtt.topics pattern with {device} and {metric} (e.g. sensors/{device}/{metric}) to report readings under")
 	}
+	c.validateSparkplug(add)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
@@ -953,6 +984,68 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 }
 
+// SparkplugHostID returns the Sparkplug host id: sparkplug.host_id, or
+// gateway.id.
+func (c *Config) SparkplugHostID() string {
+	if c.Sparkplug.HostID != "" {
+		return c.Sparkplug.HostID
+	}
+	return c.Gateway.ID
+}
+
+// sparkplugLevel reports whether s can be one level of a Sparkplug topic
+// (Sparkplug 3.0 §4.1: no '/', '+' or '#').
+func sparkplugLevel(s string) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '/' || r == '+' || r == '#' {
+			return false
+		}
+	}
+	return true
+}
+
+// validateSparkplug checks the sparkplug section.
+func (c *Config) validateSparkplug(add func(string, string, ...any)) {
+	sp := &c.Sparkplug
+	if sp.HostID != "" && !idRE.MatchString(sp.HostID) {
+		add("sparkplug.host_id", "%q is not a valid host id; use 1-64 letters, digits, '.', '_' or '-' (it is a topic level: spBv1.0/STATE/<host_id>), or leave it empty for gateway.id", sp.HostID)
+	}
+	seen := map[string]bool{}
+	for i, g := range sp.Groups {
+		key := fmt.Sprintf("sparkplug.groups[%d]", i)
+		if !sparkplugLevel(g) {
+			add(key, "%q is not a Sparkplug group id; a group id is one topic level: not empty, no '/', '+', '#' or control characters", g)
+		}
+		if seen[g] {
+			add(key, "%q is listed twice; remove one", g)
+		}
+		seen[g] = true
+	}
+	if d := sp.RebirthInterval.D(); d < time.Second || d > time.Hour {
+		add("sparkplug.rebirth_interval", "%s is out of range; use 1s to 1h (the default is 10s: an edge node is asked to rebirth at most that often)", d)
+	}
+	if sep := sp.DeviceSeparator; sep == "" || len(sep) > 4 || strings.ContainsAny(sep, "+#") || strings.IndexFunc(sep, func(r rune) bool { return r <= ' ' || r >= 0x7f }) >= 0 {
+		add("sparkplug.device_separator", "%q is not a separator; use 1 to 4 printable ASCII characters other than '+' and '#', e.g. \"/\" (the default) or \":\"", sep)
+	}
+	if sp.MaxNodes < 1 || sp.MaxNodes > 1_000_000 {
+		add("sparkplug.max_nodes", "%d is out of range; use 1 to 1000000 (the default is 1000)", sp.MaxNodes)
+	}
+	if sp.MaxMetricsPerNode < 1 || sp.MaxMetricsPerNode > 1_000_000 {
+		add("sparkplug.max_metrics_per_node", "%d is out of range; use 1 to 1000000 (the default is 10000)", sp.MaxMetricsPerNode)
+	}
+	if !sp.Enabled {
+		return
+	}
+	for i, t := range c.MQTT.Topics {
+		if t == sparkplug.Namespace || strings.HasPrefix(t, sparkplug.Namespace+"/") {
+			add(fmt.Sprintf("mqtt.topics[%d]", i), "%q is in the Sparkplug namespace, which sparkplug.enabled reads itself; remove the pattern", t)
+		}
+	}
+}
+
 // Warnings lists settings that are valid but unsafe on a network.
 func (c *Config) Warnings() []string {
 	var w []string
@@ -1001,8 +1094,24 @@ func (c *Config) Roles() map[string]Role {
 		own = append(own, strings.NewReplacer("{device}", "{username}", "{metric}", "+").Replace(t))
 		all = append(all, strings.NewReplacer("{device}", "+", "{metric}", "+").Replace(t))
 	}
+	devSub := []string{"commands/{username}/#"}
+	if c.Sparkplug.Enabled {
+		// A Sparkplug edge node's identity is its edge node id: it may
+		// publish its own BIRTH, DATA and DEATH (and its devices'), in
+		// any group, and read its commands and the host's STATE; only the
+		// host (the gateway) and admins send NCMD and DCMD.
+		for _, typ := range []string{"NBIRTH", "NDATA", "NDEATH"} {
+			own = append(own, sparkplug.Namespace+"/+/"+typ+"/{username}")
+		}
+		for _, typ := range []string{"DBIRTH", "DDATA", "DDEATH"} {
+			own = append(own, sparkplug.Namespace+"/+/"+typ+"/{username}/+")
+		}
+		devSub = append(devSub, sparkplug.Namespace+"/+/NCMD/{username}/#", sparkplug.Namespace+"/+/DCMD/{username}/#",
+			sparkplug.StateTopic(c.SparkplugHostID()))
+		all = append(all, sparkplug.Namespace+"/#")
+	}
 	roles := map[string]Role{
-		"device":     {Publish: own, Subscribe: []string{"commands/{username}/#"}},
+		"device":     {Publish: own, Subscribe: devSub},
 		"subscriber": {Subscribe: all},
 		"admin":      {Publish: []string{"#"}, Subscribe: []string{"#", "$SYS/#"}},
 	}

@@ -168,3 +168,51 @@ func TestWarnings(t *testing.T) {
 		}
 	}
 }
+
+func TestSparkplugConfig(t *testing.T) {
+	c, err := Load("testdata/sparkplug.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := c.GatewayOptions(nil).Sparkplug
+	if o == nil || o.HostID != "scada-1" || len(o.Groups) != 2 || o.Groups[1] != "Plant B" || o.RebirthInterval != 30*time.Second ||
+		o.Separator != ":" || !o.Booleans || o.MaxNodes != 50 || o.MaxMetricsPerNode != 2000 {
+		t.Fatalf("sparkplug options %+v", o)
+	}
+	dev := c.Roles()["device"]
+	has := func(list []string, s string) bool {
+		for _, x := range list {
+			if x == s {
+				return true
+			}
+		}
+		return false
+	}
+	for _, f := range []string{"spBv1.0/+/NBIRTH/{username}", "spBv1.0/+/NDEATH/{username}", "spBv1.0/+/DDATA/{username}/+"} {
+		if !has(dev.Publish, f) {
+			t.Errorf("device role cannot publish %s: %v", f, dev.Publish)
+		}
+	}
+	for _, f := range []string{"spBv1.0/+/NCMD/{username}/#", "spBv1.0/+/DCMD/{username}/#", "spBv1.0/STATE/scada-1"} {
+		if !has(dev.Subscribe, f) {
+			t.Errorf("device role cannot subscribe %s: %v", f, dev.Subscribe)
+		}
+	}
+	for _, f := range dev.Publish {
+		if strings.Contains(f, "CMD") || strings.Contains(f, "STATE") {
+			t.Errorf("device role may publish %s: commands and STATE are the host's", f)
+		}
+	}
+	// Off (the default): no Sparkplug options, no Sparkplug filters; the
+	// host id defaults to the gateway id.
+	d := Default()
+	d.Gateway.ID = "gw-7"
+	if d.GatewayOptions(nil).Sparkplug != nil || d.SparkplugHostID() != "gw-7" {
+		t.Fatalf("default sparkplug options %+v, host id %s", d.GatewayOptions(nil).Sparkplug, d.SparkplugHostID())
+	}
+	for _, f := range d.Roles()["device"].Publish {
+		if strings.HasPrefix(f, "spBv1.0") {
+			t.Errorf("device role has %s with sparkplug off", f)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"github.com/edgegate/edgegate/gateway"
 	"github.com/edgegate/edgegate/gateway/broker"
 	"github.com/edgegate/edgegate/gateway/sensors"
+	"github.com/edgegate/edgegate/gateway/sparkplug"
 )
 
 // GatewayOptions returns the gateway's options from a validated
@@ -24,7 +25,14 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 		ss = append(ss, sensors.Sensor{Driver: s.Driver, Bus: s.Bus, Address: uint16(s.Address), Device: s.Device,
 			Every: s.Every.D(), Rename: s.Metrics})
 	}
+	var sp *sparkplug.Options
+	if c.Sparkplug.Enabled {
+		sp = &sparkplug.Options{HostID: c.SparkplugHostID(), Groups: c.Sparkplug.Groups, RebirthInterval: c.Sparkplug.RebirthInterval.D(),
+			Separator: c.Sparkplug.DeviceSeparator, Booleans: c.Sparkplug.Booleans, MaxNodes: c.Sparkplug.MaxNodes,
+			MaxMetricsPerNode: c.Sparkplug.MaxMetricsPerNode}
+	}
 	return gateway.Options{
+		Sparkplug:          sp,
 		DataDir:            c.Gateway.DataDir,
 		Topics:             m.Topics,
 		MaxPayload:         m.MaxPayload,

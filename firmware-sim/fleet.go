@@ -36,6 +36,9 @@ const (
 	FormVT                 // sensors/{device}/{metric}: {"v":21.5,"t":"RFC 3339"}
 	FormObject             // sensors/{device}: {"t":..,"temp_c":21.5,"rh":40}
 	FormSenML              // sensors/{device}: SenML pack
+	// FormSparkplug is a Sparkplug B edge node (see sparkplug.go):
+	// spBv1.0/<group>/DDATA/<id>/sensor, by alias, with births.
+	FormSparkplug
 )
 
 func (f Form) String() string {
@@ -48,6 +51,8 @@ func (f Form) String() string {
 		return "object"
 	case FormSenML:
 		return "senml"
+	case FormSparkplug:
+		return "sparkplug"
 	}
 	return "form(" + strconv.Itoa(int(f)) + ")"
 }
@@ -145,6 +150,10 @@ type Behaviour struct {
 	// MalformedProb is the chance that a publication's payload is
 	// replaced by one the gateway cannot decode.
 	MalformedProb float64
+	// AliasLossProb is, for a Sparkplug edge node, the chance that a
+	// sample renumbers its aliases without a rebirth, until the gateway
+	// asks for one.
+	AliasLossProb float64
 }
 
 // Kinds of truth records.
@@ -180,7 +189,7 @@ type Sent struct {
 // without error (QoS 0 is best effort by the protocol, but on a healthy
 // link it arrives).
 func (s Sent) Counted() bool {
-	if s.Kind == KindMalformed {
+	if s.Kind == KindMalformed || s.Kind == KindAliasLost {
 		return false
 	}
 	if s.QoS > 0 {
@@ -375,7 +384,11 @@ func (f *Fleet) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(f.Seed, uint64(i)))
-			(&device{f: f, d: d, rng: rng, now: now, start: start}).run(ctx)
+			dv := &device{f: f, d: d, rng: rng, now: now, start: start}
+			if d.Form == FormSparkplug {
+				dv.sp = newSpState(d)
+			}
+			dv.run(ctx)
 		}()
 	}
 	wg.Wait()
@@ -401,6 +414,8 @@ type outMsg struct {
 	Message
 	sent []Sent
 	due  time.Time // release time, when reordered
+	// historical: taken while offline (Sparkplug's is_historical).
+	historical bool
 }
 
 // device is one device's firmware loop: it samples on its timer, goes
@@ -418,6 +433,8 @@ type device struct {
 	backlog []outMsg // taken while offline (or queued behind them): replayed oldest first
 	live    []outMsg // taken while online
 	delayed []outMsg // held back to leave out of order (ReorderWithin), by due time
+
+	sp *spState // a Sparkplug edge node's session; nil for other forms
 }
 
 // clock is the device's own clock: skewed and drifting.
@@ -425,7 +442,22 @@ func (dv *device) clock(t time.Time) time.Time {
 	return t.Add(dv.d.ClockSkew + time.Duration(dv.d.ClockDrift*float64(t.Sub(dv.start))))
 }
 
-func (dv *device) pending() int { return len(dv.backlog) + len(dv.live) }
+func (dv *device) pending() int {
+	n := len(dv.backlog) + len(dv.live)
+	if dv.sp != nil {
+		n += len(dv.sp.births)
+	}
+	return n
+}
+
+// rebirths is the channel of an edge node's rebirth requests (nil, never
+// ready, for other forms).
+func (dv *device) rebirths() <-chan struct{} {
+	if dv.sp == nil {
+		return nil
+	}
+	return dv.sp.rebirth
+}
 
 func (dv *device) run(ctx context.Context) {
 	d, f := dv.d, dv.f
@@ -492,6 +524,10 @@ func (dv *device) run(ctx context.Context) {
 			if dv.online && dv.c == nil {
 				dv.connect(ctx)
 			}
+		case <-dv.rebirths():
+			if len(dv.sp.births) == 0 {
+				dv.sp.queueBirths()
+			}
 		}
 	}
 }
@@ -501,16 +537,38 @@ var ready = func() chan struct{} { c := make(chan struct{}); close(c); return c 
 
 // connect (re)connects; on failure the device retries later.
 func (dv *device) connect(ctx context.Context) {
-	c, err := dialDevice(ctx, dv.f.Addr, dv.d)
+	var sess *session
+	if sp := dv.sp; sp != nil {
+		sp.bdSeq++ // the session's, named by its will
+		sess = &session{will: sp.death(dv.d.ID), sub: sp.topic("NCMD", dv.d.ID), onMsg: func(p []byte) {
+			if isRebirth(p) {
+				select {
+				case sp.rebirth <- struct{}{}:
+				default:
+				}
+			}
+		}}
+	}
+	c, err := dialDevice(ctx, dv.f.Addr, dv.d, sess)
 	if err != nil {
 		dv.f.report(dv.d.ID, err)
 		return
 	}
 	dv.c = c
 	dv.f.connects.Add(1)
+	if dv.sp != nil {
+		dv.sp.queueBirths() // before anything else
+		dv.sp.born = false
+	}
 }
 
 func (dv *device) drop() {
+	if dv.sp != nil && dv.c != nil {
+		// Going offline on purpose, a Sparkplug edge node says so first.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = dv.c.publish(ctx, dv.sp.death(dv.d.ID).Topic, 0, dv.sp.death(dv.d.ID).Payload)
+		cancel()
+	}
 	if dv.c != nil {
 		dv.c.close()
 		dv.c = nil
@@ -536,6 +594,9 @@ func (dv *device) toggle(ctx context.Context, t *time.Timer) {
 // sample takes a reading of every metric and queues its publications.
 func (dv *device) sample() {
 	d := dv.d
+	if dv.sp != nil && d.AliasLossProb > 0 && dv.rng.Float64() < d.AliasLossProb && dv.sp.born {
+		dv.sp.loseAliases()
+	}
 	msgs, sent := Encode(d, dv.clock(dv.now()), dv.rng)
 	var out []outMsg
 	for i, m := range msgs {
@@ -579,6 +640,9 @@ func (dv *device) sample() {
 }
 
 func (dv *device) enqueue(out []outMsg) {
+	for i := range out {
+		out[i].historical = !dv.online
+	}
 	if dv.online && len(dv.backlog) == 0 {
 		dv.live = append(dv.live, out...)
 	} else if dv.online && dv.d.Interleave {
@@ -604,12 +668,19 @@ func (dv *device) release() {
 // replay, else in order. When the connection fails it is dropped; the
 // publication stays at the head of its queue and is sent again.
 func (dv *device) sendOne(ctx context.Context) {
+	if dv.sp != nil && len(dv.sp.births) > 0 {
+		dv.sendBirth(ctx)
+		return
+	}
 	q := &dv.backlog
 	if len(dv.live) > 0 && (len(dv.backlog) == 0 || dv.d.Interleave) {
 		q = &dv.live
 	}
 	om := (*q)[0]
 	d, f := dv.d, dv.f
+	if dv.sp != nil && om.sent[0].Kind != KindMalformed {
+		dv.sp.encodeData(&om, d.Metrics)
+	}
 	// A publication that has begun is finished even if ctx ends meanwhile,
 	// as firmware would: the truth log then matches the wire exactly.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -646,6 +717,23 @@ func (dv *device) sendOne(ctx context.Context) {
 	}
 	*q = (*q)[1:]
 	f.buffered.Add(^uint64(0)) // minus one
+}
+
+// sendBirth sends the next of a Sparkplug edge node's births; on failure
+// the connection is dropped and the births are sent again on the next.
+func (dv *device) sendBirth(ctx context.Context) {
+	sp := dv.sp
+	om := sp.births[0]
+	sp.encodeBirth(&om, dv.d.ID, dv.d.Metrics, dv.now())
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	err := dv.c.publish(pctx, om.Topic, dv.d.QoS, om.Payload)
+	cancel()
+	if err != nil {
+		dv.f.report(dv.d.ID, err)
+		dv.drop()
+		return
+	}
+	sp.births = sp.births[1:]
 }
 
 // malformed payloads, each refused by the gateway's decoder.
@@ -765,6 +853,14 @@ func Encode(d Device, t time.Time, rng *rand.Rand) ([]Message, []sentIn) {
 			sent = append(sent, sentIn{Sent{Device: d.ID, Metric: m.Name, Time: t, Value: vals[i], QoS: d.QoS}, 0})
 		}
 		msgs = append(msgs, Message{Topic: prefix + "/" + d.ID, Payload: append(b, '}')})
+	case FormSparkplug:
+		// One DDATA of every metric; encoded when it is sent (by alias,
+		// with the seq of the moment).
+		sp := newSpState(d)
+		msgs = append(msgs, Message{Topic: sp.topic("DDATA", d.ID)})
+		for i, m := range d.Metrics {
+			sent = append(sent, sentIn{Sent{Device: sp.deviceName(d.ID), Metric: m.Name, Time: t, Value: vals[i], QoS: d.QoS}, 0})
+		}
 	case FormSenML:
 		b := []byte(`[`)
 		for i, m := range d.Metrics {

@@ -29,7 +29,8 @@ type Group struct {
 	Count    int      `yaml:"count"`
 	Interval Duration `yaml:"interval"`
 	QoS      int      `yaml:"qos"`
-	// Form: bare, v+t, object, senml, or mixed (cycling through them).
+	// Form: bare, v+t, object, senml, or mixed (cycling through them);
+	// or sparkplug: Sparkplug B edge nodes (see sparkplug.go).
 	Form string `yaml:"form"`
 	// Protocol: "5", "3.1.1", or "mixed" (every other device).
 	Protocol string `yaml:"protocol"`
@@ -68,6 +69,9 @@ type BehaviourSpec struct {
 	Duplicates    float64  `yaml:"duplicate_probability"`
 	ReorderWithin Duration `yaml:"reorder_within"`
 	Malformed     float64  `yaml:"malformed_probability"`
+	// AliasLoss is, for Sparkplug edge nodes, the chance per sample of
+	// renumbering the aliases without a rebirth.
+	AliasLoss float64 `yaml:"alias_loss_probability"`
 }
 
 // SubscriberSpec is a set of slow consumers.
@@ -146,7 +150,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 			add("%s.qos: %d; use 0, 1 or 2", at, g.QoS)
 		}
 		if _, ok := forms[g.Form]; !ok && g.Form != "mixed" && g.Form != "" {
-			add("%s.form: %q; use bare, v+t, object, senml or mixed", at, g.Form)
+			add("%s.form: %q; use bare, v+t, object, senml, mixed or sparkplug", at, g.Form)
 		}
 		switch g.Protocol {
 		case "", "5", "3.1.1", "mixed":
@@ -161,7 +165,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 			if o := b.Offline; o != nil && (o.Every <= 0 || o.For <= 0 || o.For >= o.Every) {
 				add("%s.offline: want 0 < for < every", bt)
 			}
-			for name, v := range map[string]float64{"duplicate_probability": b.Duplicates, "malformed_probability": b.Malformed} {
+			for name, v := range map[string]float64{"duplicate_probability": b.Duplicates, "malformed_probability": b.Malformed, "alias_loss_probability": b.AliasLoss} {
 				if v < 0 || v > 1 {
 					add("%s.%s: %g; use 0 to 1", bt, name, v)
 				}
@@ -179,7 +183,7 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	return &s, nil
 }
 
-var forms = map[string]Form{"bare": FormBare, "v+t": FormVT, "object": FormObject, "senml": FormSenML}
+var forms = map[string]Form{"bare": FormBare, "v+t": FormVT, "object": FormObject, "senml": FormSenML, "sparkplug": FormSparkplug}
 
 // Fleet builds the scenario's fleet against addr.
 func (s *Scenario) Fleet(addr string) *Fleet {
@@ -224,6 +228,7 @@ func (s *Scenario) Fleet(addr string) *Fleet {
 				}
 				d.DuplicateProb = max(d.DuplicateProb, b.Duplicates)
 				d.MalformedProb = max(d.MalformedProb, b.Malformed)
+				d.AliasLossProb = max(d.AliasLossProb, b.AliasLoss)
 				if b.ReorderWithin > 0 {
 					d.ReorderWithin = b.ReorderWithin.D()
 				}

@@ -13,12 +13,13 @@ import (
 // fleet each one makes against what its file says.
 func TestScenarioFiles(t *testing.T) {
 	files, _ := filepath.Glob("../configs/sim/*.yaml")
-	want := map[string]struct{ devices, subs, offline, interleave, skewed, reorder, malformed, dup, v311 int }{
-		"steady":          {300, 1, 0, 0, 0, 0, 0, 0, 150},
-		"offline-replay":  {60, 0, 40, 10, 0, 0, 0, 0, 20},
-		"late-and-skewed": {40, 0, 10, 10, 23, 15, 0, 0, 0},
-		"storm":           {1000, 0, 0, 0, 0, 0, 0, 0, 500},
-		"bad-payloads":    {20, 2, 0, 0, 0, 0, 20, 10, 0},
+	want := map[string]struct{ devices, subs, offline, interleave, skewed, reorder, malformed, dup, v311, sparkplug, aliasLoss int }{
+		"steady":          {300, 1, 0, 0, 0, 0, 0, 0, 150, 0, 0},
+		"offline-replay":  {60, 0, 40, 10, 0, 0, 0, 0, 20, 0, 0},
+		"late-and-skewed": {40, 0, 10, 10, 23, 15, 0, 0, 0, 0, 0},
+		"storm":           {1000, 0, 0, 0, 0, 0, 0, 0, 500, 0, 0},
+		"bad-payloads":    {20, 2, 0, 0, 0, 0, 20, 10, 0, 0, 0},
+		"sparkplug":       {30, 0, 20, 5, 0, 0, 0, 0, 10, 30, 7},
 	}
 	if len(files) != len(want) {
 		t.Fatalf("scenario files %v, want %d", files, len(want))
@@ -32,7 +33,7 @@ func TestScenarioFiles(t *testing.T) {
 			t.Errorf("%s: name %q", f, s.Name)
 		}
 		fl := s.Fleet("127.0.0.1:1883")
-		var got struct{ devices, subs, offline, interleave, skewed, reorder, malformed, dup, v311 int }
+		var got struct{ devices, subs, offline, interleave, skewed, reorder, malformed, dup, v311, sparkplug, aliasLoss int }
 		got.devices, got.subs = len(fl.Devices), len(fl.Subscribers)
 		for _, d := range fl.Devices {
 			if d.OfflineEvery > 0 {
@@ -55,6 +56,12 @@ func TestScenarioFiles(t *testing.T) {
 			}
 			if d.Protocol == 4 {
 				got.v311++
+			}
+			if d.Form == firmwaresim.FormSparkplug {
+				got.sparkplug++
+			}
+			if d.AliasLossProb > 0 {
+				got.aliasLoss++
 			}
 		}
 		if got != want[s.Name] {

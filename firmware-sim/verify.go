@@ -94,7 +94,7 @@ type DeviceReport struct {
 	Order      int // order violations (see Verify)
 	Ambiguous  int // windows not compared: a reading's window or fate depends on an arrival time the log cannot pin down
 	Dropped    int // readings expected as dead letters (too late, too far ahead)
-	Malformed  int // malformed publications sent
+	Malformed  int // publications the gateway must refuse: malformed, or Sparkplug data by an alias it cannot know
 	Uncounted  int // QoS 1/2 readings not acknowledged (their fate is unknown)
 }
 
@@ -164,7 +164,7 @@ func Verify(truth []Sent, found []Found, rules Rules) *Report {
 	for _, s := range truth {
 		d := r.dev(s.Device)
 		switch {
-		case s.Kind == KindMalformed:
+		case s.Kind == KindMalformed, s.Kind == KindAliasLost:
 			d.Malformed++
 			continue
 		case !s.Counted():

@@ -33,6 +33,7 @@ import (
 	"github.com/edgegate/edgegate/gateway/journal"
 	"github.com/edgegate/edgegate/gateway/payload"
 	"github.com/edgegate/edgegate/gateway/sensors"
+	"github.com/edgegate/edgegate/gateway/sparkplug"
 )
 
 // Gateway is the ingest path with the broker in front of it. Create it
@@ -62,6 +63,9 @@ type Gateway struct {
 	lastCP   uint64 // sequence of the latest checkpoint written
 
 	sensors *sensors.Poller // the gateway's own I²C sensors; nil without any
+
+	sp      *sparkplug.Host // the Sparkplug B host state (under mu); nil unless Options.Sparkplug
+	serving atomic.Bool     // the broker serves: rebirth requests are published
 
 	recent     [20]RecentDeadLetter // the latest dead letters, a ring (under mu)
 	recentNext int
@@ -100,6 +104,9 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 		dup:  journal.NewDedupe(o.Broker.ReceiveMaximum, 100_000)}
 	g.logLimiter.Every = 10 * time.Second
 	g.ing.g = g
+	if o.Sparkplug != nil {
+		g.sp = sparkplug.New(*o.Sparkplug)
+	}
 	g.agg, err = aggregate.New(o.Aggregate, func() time.Time { return g.clock }, g.emitSummary)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
@@ -132,6 +139,9 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 // ReadingTopic reports whether topic matches a reading pattern (and is
 // journaled). It is the broker's question (broker.Ingest).
 func (g *Gateway) ReadingTopic(topic string) bool {
+	if _, ok := g.sparkplugTopic(topic); ok {
+		return true
+	}
 	for _, p := range g.dec.Patterns() {
 		if _, _, ok := p.Match(topic); ok {
 			return true
@@ -221,6 +231,7 @@ func (g *Gateway) recover() error {
 		}
 		g.clock = time.Unix(0, cp.Clock)
 		g.sessions, g.dup.Rings, g.awaitRel, g.subs = cp.Sessions, cp.Rings, cp.AwaitRel, cp.Subs
+		g.restoreSparkplug(cp.Sparkplug)
 		g.applied, g.lastCP = cp.Seq, cp.Seq
 		from = cp.Seq + 1
 	}
@@ -405,6 +416,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.closeFiles()
 		return err
 	}
+	g.serving.Store(true)
+	g.publishState(true)
 	g.log.Info("mqtt broker listening", "addr", g.Addr(), "tls", g.TLSAddr(), "websocket", g.WebSocketAddr(),
 		"anonymous", g.opts.Broker.AllowAnonymous, "topics", g.opts.Topics)
 	sctx, scancel := context.WithCancel(ctx)
@@ -448,6 +461,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			scancel()
 			sensorsDone.Wait()
+			g.publishState(false)
+			g.serving.Store(false)
 			g.broker.Close()
 			if b, err := g.j.Clock(journal.KindFlush); err == nil {
 				b.Wait()
@@ -498,7 +513,8 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs}
+	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs,
+		Sparkplug: g.sparkplugSnapshot()}
 	data := c.Encode()
 	windows, deleted, err := g.state.Commit(data, g.agg)
 	if err != nil {
@@ -549,6 +565,9 @@ type Stats struct {
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
 	RecentDeadLetters []RecentDeadLetter
+	// Sparkplug is the Sparkplug B host's state and counters; nil unless
+	// sparkplug.enabled.
+	Sparkplug *sparkplug.Stats `json:",omitempty"`
 }
 
 // JournalStats describes the ingest journal and the last recovery.
@@ -582,6 +601,10 @@ func (g *Gateway) Stats() Stats {
 		s.DeviceList = append(s.DeviceList, d)
 		return len(s.DeviceList) < maxDeviceStats
 	})
+	if g.sp != nil {
+		sp := g.sp.Stats()
+		s.Sparkplug = &sp
+	}
 	for i := range min(g.recentNext, len(g.recent)) {
 		s.RecentDeadLetters = append(s.RecentDeadLetters, g.recent[(g.recentNext-1-i)%len(g.recent)])
 	}

@@ -140,7 +140,14 @@ func outcomeDetail(o aggregate.Outcome) string {
 func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time) {
 	h := &g.ing
 	h.topic, h.client, h.payload, h.now = topic, client, body, now
-	matched, err := g.dec.Decode(topic, body, now, h)
+	var matched bool
+	var err error
+	if t, ok := g.sparkplugTopic(topic); ok {
+		matched = true
+		g.ingestSparkplug(t, body, now, h)
+	} else {
+		matched, err = g.dec.Decode(topic, body, now, h)
+	}
 	if err != nil {
 		var e *payload.Error
 		if errors.As(err, &e) {
@@ -179,6 +186,9 @@ func (g *Gateway) countRejected(e *payload.Error) {
 
 // topicDevice returns the device the topic names, if any.
 func (g *Gateway) topicDevice(topic string) string {
+	if d, ok := g.sparkplugDevice(topic); ok {
+		return d
+	}
 	for _, p := range g.dec.Patterns() {
 		if d, _, ok := p.Match(topic); ok {
 			return d

@@ -6,6 +6,7 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/gateway/broker"
 	"github.com/edgegate/edgegate/gateway/sensors"
+	"github.com/edgegate/edgegate/gateway/sparkplug"
 	"periph.io/x/conn/v3/i2c"
 )
 
@@ -40,4 +41,8 @@ type Options struct {
 	Sensors     []sensors.Sensor
 	OpenBus     func(name string) (i2c.BusCloser, error)
 	SensorTopic func(device, metric string) string
+	// Sparkplug, if set, makes the gateway a Sparkplug B host: it ingests
+	// the BIRTH, DATA and DEATH messages of the groups served (package
+	// sparkplug) and publishes its STATE and rebirth requests.
+	Sparkplug *sparkplug.Options
 }

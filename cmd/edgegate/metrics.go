@@ -80,13 +80,24 @@ var (
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
 	mSensorPolls  = desc("sensor_polls_total", "Successful polls of a sensor.", "sensor", "device")
 	mSensorErrors = desc("sensor_errors_total", "Failed opens and polls of a sensor.", "sensor", "device")
+
+	mSpNodes    = desc("sparkplug_nodes", "Sparkplug edge nodes the host keeps state for, by state (online: in a session begun by an NBIRTH; offline: after their NDEATH, or never born).", "state")
+	mSpDevices  = desc("sparkplug_devices", "Devices of Sparkplug edge nodes, by state (online after their DBIRTH, offline after a DDEATH or their node's NDEATH).", "state")
+	mSpMessages = desc("sparkplug_messages_total", "Sparkplug messages applied, by type (NBIRTH, NDATA, NDEATH, DBIRTH, DDATA, DDEATH).", "type")
+	mSpReadings = desc("sparkplug_readings_total", "Readings made from Sparkplug metrics; historical ones (is_historical) also counted in sparkplug_historical_readings_total.")
+	mSpHist     = desc("sparkplug_historical_readings_total", "Readings of Sparkplug metrics sent with is_historical.")
+	mSpRebirths = desc("sparkplug_rebirth_requests_total", "Rebirth requests (NCMD Node Control/Rebirth): made, or held because one was made within sparkplug.rebirth_interval.", "result")
+	mSpProblems = desc("sparkplug_problems_total", "Sparkplug problems, by kind: seq_gap, unknown_alias, before_birth, too_many_nodes, too_many_metrics.", "kind")
+	mSpDeaths   = desc("sparkplug_deaths_total", "NDEATHs, by result: ended (the session the bdSeq names) or stale (an older session's, ignored).", "result")
+	mSpIgnored  = desc("sparkplug_metrics_ignored_total", "Sparkplug metrics that are no reading, by why: null (is_null), type (a datatype not aggregated: String, DataSet, Template, ...; Boolean unless sparkplug.booleans), protocol (bdSeq, Node/Device Control).", "why")
 )
 
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
 		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
-		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors} {
+		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors,
+		mSpNodes, mSpDevices, mSpMessages, mSpReadings, mSpHist, mSpRebirths, mSpProblems, mSpDeaths, mSpIgnored} {
 		ch <- d
 	}
 }
@@ -183,6 +194,29 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(mSensorUp, b2f(s.Up), s.Sensor, s.Device)
 		counter(mSensorPolls, float64(s.Polls), s.Sensor, s.Device)
 		counter(mSensorErrors, float64(s.Errors), s.Sensor, s.Device)
+	}
+	if sp := g.Sparkplug; sp != nil {
+		gauge(mSpNodes, float64(sp.NodesOnline), "online")
+		gauge(mSpNodes, float64(sp.Nodes-sp.NodesOnline), "offline")
+		gauge(mSpDevices, float64(sp.DevicesOnline), "online")
+		gauge(mSpDevices, float64(sp.Devices-sp.DevicesOnline), "offline")
+		for _, t := range slices.Sorted(maps.Keys(sp.Messages)) {
+			counter(mSpMessages, float64(sp.Messages[t]), t)
+		}
+		counter(mSpReadings, float64(sp.Readings))
+		counter(mSpHist, float64(sp.Historical))
+		counter(mSpRebirths, float64(sp.RebirthRequests), "made")
+		counter(mSpRebirths, float64(sp.RebirthsHeld), "held")
+		counter(mSpProblems, float64(sp.SeqGaps), "seq_gap")
+		counter(mSpProblems, float64(sp.UnknownAliases), "unknown_alias")
+		counter(mSpProblems, float64(sp.BeforeBirth), "before_birth")
+		counter(mSpProblems, float64(sp.TooManyNodes), "too_many_nodes")
+		counter(mSpProblems, float64(sp.TooManyMetrics), "too_many_metrics")
+		counter(mSpDeaths, float64(sp.SessionsEnded), "ended")
+		counter(mSpDeaths, float64(sp.StaleDeaths), "stale")
+		counter(mSpIgnored, float64(sp.Nulls), "null")
+		counter(mSpIgnored, float64(sp.NotAggregated), "type")
+		counter(mSpIgnored, float64(sp.Protocol), "protocol")
 	}
 }
 

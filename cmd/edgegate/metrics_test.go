@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway/payload"
 )
 
 // runPipeline runs the whole pipeline (gateway, forwarder, HTTP endpoint
@@ -23,12 +25,22 @@ import (
 // stop. The context ends with the test.
 func runPipeline(t *testing.T, id string) (context.Context, *pipeline) {
 	t.Helper()
+	return runPipelineWith(t, id, nil)
+}
+
+// runPipelineWith is runPipeline with the configuration changed by edit
+// before it is validated.
+func runPipelineWith(t *testing.T, id string, edit func(*configs.Config)) (context.Context, *pipeline) {
+	t.Helper()
 	_, brokers := kafkatest.Start(t, 1, "edge.summaries", "edge.deadletter", "edge.offsets")
 	cfg := configs.Default()
 	cfg.Gateway.ID, cfg.Gateway.DataDir = id, t.TempDir()
 	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Kafka.Brokers = brokers
+	if edit != nil {
+		edit(&cfg)
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,5 +164,78 @@ func TestMetrics(t *testing.T) {
 	}
 	for _, pr := range problems {
 		t.Errorf("lint: %s: %s", pr.Metric, pr.Text)
+	}
+}
+
+// TestSparkplugMetrics: an NBIRTH and an NDATA after a seq gap show in
+// /metrics as one online edge node, the messages, the readings, the gap
+// and the rebirth request; an NDEATH of the session then takes it offline.
+func TestSparkplugMetrics(t *testing.T) {
+	ctx, p := runPipelineWith(t, "sp-gw", func(c *configs.Config) { c.Sparkplug.Enabled = true })
+	conn, err := net.Dial("tcp", p.gw.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "n1"})
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "n1", KeepAlive: 30, CleanStart: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(&paho.Disconnect{})
+	v := func(x float64) payload.SparkplugOut {
+		return payload.SparkplugOut{Name: "t", Alias: 1, HasAlias: true, Datatype: payload.SpDouble, Kind: payload.SpDoubleValue, Bits: math.Float64bits(x)}
+	}
+	bd := payload.SparkplugOut{Name: "bdSeq", Datatype: payload.SpUInt64, Kind: payload.SpLongValue, Bits: 2}
+	for _, m := range []struct {
+		topic string
+		body  []byte
+	}{
+		{"spBv1.0/g/NBIRTH/n1", payload.AppendSparkplug(nil, 0, 0, []payload.SparkplugOut{bd, v(1)})},
+		{"spBv1.0/g/NDATA/n1", payload.AppendSparkplug(nil, 0, 5, []payload.SparkplugOut{v(2)})}, // seq 1 expected
+	} {
+		if _, err := c.Publish(ctx, &paho.Publish{Topic: m.topic, QoS: 1, Payload: m.body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scrape := func(until string) string {
+		var text string
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			resp, err := http.Get("http://" + p.http.Addr().String() + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			text = string(b)
+			if strings.Contains(text, until) || time.Now().After(deadline) {
+				return text
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	text := scrape(`edgegate_sparkplug_messages_total{type="NDATA"} 1`)
+	for _, want := range []string{
+		`edgegate_sparkplug_nodes{state="online"} 1`,
+		`edgegate_sparkplug_nodes{state="offline"} 0`,
+		`edgegate_sparkplug_messages_total{type="NBIRTH"} 1`,
+		`edgegate_sparkplug_messages_total{type="NDATA"} 1`,
+		`edgegate_sparkplug_readings_total 2`,
+		`edgegate_sparkplug_problems_total{kind="seq_gap"} 1`,
+		`edgegate_sparkplug_rebirth_requests_total{result="made"} 1`,
+		`edgegate_sparkplug_metrics_ignored_total{why="protocol"} 1`,
+		`edgegate_readings_total{outcome="aggregated"} 2`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if _, err := c.Publish(ctx, &paho.Publish{Topic: "spBv1.0/g/NDEATH/n1", QoS: 1, Payload: payload.AppendSparkplug(nil, 0, -1, []payload.SparkplugOut{bd})}); err != nil {
+		t.Fatal(err)
+	}
+	text = scrape(`edgegate_sparkplug_nodes{state="offline"} 1`)
+	if !strings.Contains(text, `edgegate_sparkplug_nodes{state="offline"} 1`) || !strings.Contains(text, `edgegate_sparkplug_deaths_total{result="ended"} 1`) {
+		t.Errorf("after the NDEATH, /metrics lacks the offline node:\n%s", text)
+	}
+	if problems, err := testutil.CollectAndLint(metricsCollector{p}); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
 	}
 }

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	metrics := fs.Int("metrics", 3, "metrics per device")
 	rate := fs.Float64("rate", 1, "samples per device per second (each sample is one reading per metric)")
 	qos := fs.Int("qos", 1, "MQTT QoS: 0, 1 or 2")
-	form := fs.String("form", "bare", "payload form: bare, v+t, object, senml or mixed")
+	form := fs.String("form", "bare", "payload form: bare, v+t, object, senml, mixed or sparkplug (Sparkplug B edge nodes; the gateway needs sparkplug.enabled)")
 	duration := fs.Duration("duration", 30*time.Second, "how long to run")
 	user := fs.String("user", "", "username for every device (empty: anonymous)")
 	pass := fs.String("password", "", "password for every device")
@@ -141,7 +141,8 @@ func flagFleet(addr string, devices, metrics int, rate float64, qos int, form, u
 	if devices < 1 || metrics < 1 || rate <= 0 || qos < 0 || qos > 2 {
 		return nil, errors.New("need --devices >= 1, --metrics >= 1, --rate > 0, --qos 0..2")
 	}
-	forms := map[string]firmwaresim.Form{"bare": firmwaresim.FormBare, "v+t": firmwaresim.FormVT, "object": firmwaresim.FormObject, "senml": firmwaresim.FormSenML}
+	forms := map[string]firmwaresim.Form{"bare": firmwaresim.FormBare, "v+t": firmwaresim.FormVT, "object": firmwaresim.FormObject, "senml": firmwaresim.FormSenML,
+		"sparkplug": firmwaresim.FormSparkplug}
 	f := &firmwaresim.Fleet{Addr: addr}
 	for i := range devices {
 		d := firmwaresim.Device{
@@ -153,7 +154,7 @@ func flagFleet(addr string, devices, metrics int, rate float64, qos int, form, u
 		} else if fm, ok := forms[form]; ok {
 			d.Form = fm
 		} else {
-			return nil, fmt.Errorf("--form %q: use bare, v+t, object, senml or mixed", form)
+			return nil, fmt.Errorf("--form %q: use bare, v+t, object, senml, mixed or sparkplug", form)
 		}
 		env := firmwaresim.Environmental()
 		for m := range metrics {

@@ -26,15 +26,15 @@ import (
 // gateway's window settings are divided alike.
 const speed = 12
 
-// TestScenariosAgainstGateway runs the offline-replay and late-and-skewed
-// scenarios (12 times faster) against a real gateway delivering to kfake,
+// TestScenariosAgainstGateway runs the offline-replay, late-and-skewed and
+// sparkplug scenarios (12 times faster) against a real gateway delivering to kfake,
 // writes the truth log to a file, and requires `edgesim verify` to find
 // every window exact.
 func TestScenariosAgainstGateway(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs two scenarios for 20 s each")
+		t.Skip("runs three scenarios for 20 s each")
 	}
-	for _, name := range []string{"offline-replay", "late-and-skewed"} {
+	for _, name := range []string{"offline-replay", "late-and-skewed", "sparkplug"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			runScenario(t, name)
@@ -62,6 +62,8 @@ func runScenario(t *testing.T, name string) {
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(rules.MaxOutOfOrder)
 	cfg.Aggregate.MaxFutureSkew = configs.Duration(rules.MaxFutureSkew)
 	cfg.Aggregate.IdleClose = configs.Duration(cfg.Aggregate.IdleClose.D() / speed)
+	cfg.Sparkplug.Enabled = true
+	cfg.Sparkplug.RebirthInterval = configs.Duration(time.Second)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +88,9 @@ func runScenario(t *testing.T, name string) {
 	st := gw.Stats()
 	if st.Outcomes["late_revised"] == 0 && name == "late-and-skewed" {
 		t.Error("no late revisions: the scenario did not exercise them")
+	}
+	if sp := st.Sparkplug; name == "sparkplug" && (sp.Historical == 0 || sp.RebirthRequests == 0 || sp.UnknownAliases == 0 || sp.SessionsEnded == 0 || sp.SeqGaps != 0) {
+		t.Errorf("the scenario did not exercise historical data, rebirths and deaths (or had seq gaps): %+v", *sp)
 	}
 	out.Reset()
 	status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", strings.Join(brokers, ","),

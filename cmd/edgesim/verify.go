@@ -25,7 +25,7 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	brokers := fs.String("brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated")
 	topic := fs.String("topic", "edge.summaries", "summaries topic")
 	gateway := fs.String("gateway", "", "only summaries of this gateway id (default: all)")
-	devices := fs.String("devices", "*", "only summaries of devices matching this pattern (path.Match syntax, e.g. sim-*): other devices share the gateway")
+	devices := fs.String("devices", "*", "only summaries of devices matching this pattern (path.Match syntax, e.g. sim-*, or sim/*/* for Sparkplug devices, whose names have '/'): other devices share the gateway; the default, *, keeps every device")
 	rules := firmwaresim.DefaultRules()
 	fs.DurationVar(&rules.Window, "window", rules.Window, "the gateway's aggregate.window")
 	fs.DurationVar(&rules.MaxOutOfOrder, "max-out-of-order", rules.MaxOutOfOrder, "the gateway's aggregate.max_out_of_order")
@@ -59,7 +59,7 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	}
 	kept := found[:0]
 	for _, f := range found {
-		if ok, _ := path.Match(*devices, f.Device); ok {
+		if ok, _ := path.Match(*devices, f.Device); ok || *devices == "*" {
 			kept = append(kept, f)
 		}
 	}

@@ -57,6 +57,10 @@ type Ingest interface {
 	// Full reports that the output is over its quota: QoS 1/2 readings
 	// are then refused, so that devices keep them.
 	Full() bool
+	// WillTopic reports whether a client's will on topic is journaled as
+	// the client's publication when the broker sends it (a Sparkplug
+	// NDEATH). mochi publishes wills without OnPublish.
+	WillTopic(topic string) bool
 }
 
 // Options configures the broker; they are mqtt.* of the configuration.
@@ -285,6 +289,12 @@ func (b *Broker) Close() error {
 // sensor readings) to local subscribers. The hook does not journal it.
 func (b *Broker) Publish(topic string, payload []byte) error {
 	return b.server.Publish(topic, payload, false, 0)
+}
+
+// PublishRetained publishes a retained QoS 1 message from the broker
+// itself (the Sparkplug host's STATE). The hook does not journal it.
+func (b *Broker) PublishRetained(topic string, payload []byte) error {
+	return b.server.Publish(topic, payload, true, 1)
 }
 
 // Addr returns the address the plain MQTT listener is bound to, if any.

@@ -109,7 +109,7 @@ func (h *hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{mqtt.OnConnect, mqtt.OnConnectAuthenticate, mqtt.OnACLCheck, mqtt.OnPublish, mqtt.OnSubscribe,
 		mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnClientExpired, mqtt.StoredClients,
 		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.StoredInflightMessages, mqtt.OnPacketRead,
-		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions}, []byte{b})
+		mqtt.OnSubscribed, mqtt.OnUnsubscribed, mqtt.StoredSubscriptions, mqtt.OnWillSent}, []byte{b})
 }
 
 // OnConnect runs once a CONNECT is read and valid, before the
@@ -177,6 +177,17 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 			return refuse("bad username or password")
 		}
 		info = &clientInfo{identity: user, role: h.acl.UserRole(user)}
+	}
+	if w := cl.Properties.Will; w.Flag != 0 && !info.role.CanPublish(w.TopicName, info.identity, cl.ID) {
+		// mochi sends a will without asking the ACL: one on a topic the
+		// client may not publish to (another device's, another Sparkplug
+		// edge node's NDEATH) is dropped, and the connection kept.
+		cl.Properties.Will = mqtt.Will{}
+		b.mqttRefused[RefusedPublish].Add(1)
+		if ok, held := b.logLimiter.Allow("acl-will", b.now()); ok {
+			b.log.Warn("mqtt will dropped: its topic is not one the client may publish to", "client", cl.ID, "identity", info.identity,
+				"role", info.role.Name, "topic", w.TopicName, "suppressed_since_last", held)
+		}
 	}
 	if r, why, ok := h.admitSession(cl, info); !ok {
 		b.mqttRefused[r].Add(1)
@@ -371,6 +382,20 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 		return pk, packets.CodeSuccessIgnore
 	}
 	return pk, nil
+}
+
+// OnWillSent journals a will the gateway ingests (a Sparkplug NDEATH) as
+// the client's QoS 0 publication, with the identity it is bound to: mochi
+// publishes wills without OnPublish. It runs in the client's goroutine as
+// its connection ends, before OnDisconnect. A will on a topic the client
+// may not publish to was dropped at CONNECT.
+func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
+	if cl.Net.Inline || !h.b.in.WillTopic(pk.TopicName) {
+		return
+	}
+	if _, err := h.b.j.Publish(cl.ID, h.ownDevice(cl), nil, 0, 0, pk.TopicName, pk.Payload, false); err != nil {
+		h.b.log.Warn("will not journaled (the journal is closed or failed)", "client", cl.ID, "topic", pk.TopicName, "err", err)
+	}
 }
 
 // overReceiveMaximum disconnects a client that sent a QoS 1/2 publication

@@ -25,6 +25,9 @@ import (
 //	  client, uvarint n, then n uvarint packet ids
 //	uvarint count, then per client with subscriptions: client, uvarint n,
 //	  then n × (filter, flags byte, uvarint subscription identifier)
+//	optional sections, each a tag byte and uvarint length + bytes: 'S' the
+//	  Sparkplug host state (gateway/sparkplug); none when it is empty, and
+//	  a tag not known is skipped
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
@@ -63,7 +66,13 @@ type Checkpoint struct {
 	Rings    map[string]*Ring
 	AwaitRel PIDSets
 	Subs     map[string]map[string]Subscription
+	// Sparkplug is the Sparkplug host state (gateway/sparkplug's
+	// snapshot), opaque here; empty when there is none.
+	Sparkplug []byte
 }
+
+// sectionSparkplug tags the Sparkplug host state section.
+const sectionSparkplug = 'S'
 
 func (c *Checkpoint) Encode() []byte {
 	b := append([]byte(checkpointMagic), checkpointVersion)
@@ -128,6 +137,11 @@ func (c *Checkpoint) Encode() []byte {
 			b = append(b, s.flags())
 			b = binary.AppendUvarint(b, uint64(s.Identifier))
 		}
+	}
+	if len(c.Sparkplug) > 0 {
+		b = append(b, sectionSparkplug)
+		b = binary.AppendUvarint(b, uint64(len(c.Sparkplug)))
+		b = append(b, c.Sparkplug...)
 	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
@@ -198,6 +212,12 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 			f := string(r.bytes())
 			flags := r.byte()
 			c.Subs[id][f] = subscriptionOf(flags, int(r.uvarint()))
+		}
+	}
+	for r.ok && len(r.b) > 0 {
+		tag := r.byte()
+		if sec := r.bytes(); tag == sectionSparkplug {
+			c.Sparkplug = sec
 		}
 	}
 	if !r.ok || len(r.b) != 0 {

@@ -2,7 +2,9 @@ package journal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -221,5 +223,40 @@ func TestStateDB(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(path + ".damaged-*"); len(m) != 1 {
 		t.Errorf("damaged file not set aside: %v", m)
+	}
+}
+
+// TestCheckpointSections: the Sparkplug host state rides in an optional
+// section; a checkpoint without one is what older gateways wrote (and
+// read), and a section this version does not know is skipped.
+func TestCheckpointSections(t *testing.T) {
+	c := &Checkpoint{Seq: 7, Clock: 99, Agg: []byte("agg"), Sessions: map[string]Session{"a": {4, 0, "", "tcp"}}}
+	old := c.Encode()
+	got, err := DecodeCheckpoint(old)
+	if err != nil || got.Sparkplug != nil {
+		t.Fatalf("checkpoint without host state: %v, %q", err, got.Sparkplug)
+	}
+	c.Sparkplug = []byte("host state")
+	b := c.Encode()
+	if !bytes.Equal(b[:len(old)-4], old[:len(old)-4]) {
+		t.Fatal("the section changed the fields before it")
+	}
+	if got, err = DecodeCheckpoint(b); err != nil || string(got.Sparkplug) != "host state" || got.Seq != 7 || !reflect.DeepEqual(got.Sessions, c.Sessions) {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	if !bytes.Equal(got.Encode(), b) {
+		t.Error("re-encoding differs")
+	}
+	// A later version's section, before and after ours.
+	body := append([]byte(nil), old[:len(old)-4]...)
+	body = append(body, 'X', 3, 'n', 'e', 'w', 'S', 2, 'h', 's', 'Z', 0)
+	body = binary.LittleEndian.AppendUint32(body, crc32.Checksum(body, castagnoli))
+	if got, err = DecodeCheckpoint(body); err != nil || string(got.Sparkplug) != "hs" {
+		t.Fatalf("with unknown sections: %+v, %v", got, err)
+	}
+	for n := len(old); n < len(b); n++ {
+		if _, err := DecodeCheckpoint(b[:n]); err == nil {
+			t.Fatalf("truncated checkpoint (%d of %d bytes) decoded", n, len(b))
+		}
 	}
 }

@@ -33,6 +33,7 @@ const (
 var AllReasons = [...]Reason{
 	ReasonEmpty, ReasonTooLarge, ReasonInvalidJSON, ReasonNotNumber, ReasonNonFinite, ReasonRange,
 	ReasonTimestamp, ReasonUnsupported, ReasonNoValue, ReasonName, ReasonForm,
+	ReasonProtobuf, ReasonUnknownAlias, ReasonNoBirth, ReasonTooManyNodes, ReasonTooManyMetrics,
 }
 
 // Error says why a payload, or one item of it, could not become a reading.

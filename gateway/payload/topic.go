@@ -2,7 +2,8 @@
 // against the configured patterns (with {device} and {metric} segments) and
 // decodes the payload forms of SPEC.md, "Data contracts: MQTT input": a bare
 // number, {"v":..,"t":..}, a JSON object of metrics, and a SenML JSON pack
-// (RFC 8428).
+// (RFC 8428). It also decodes Sparkplug B protobuf payloads (sparkplug.go);
+// what they mean (births, aliases, seq) is gateway/sparkplug's.
 //
 // Decoding does not allocate for the bare-number and {"v"} forms; JSON is
 // read by a small purpose-built scanner rather than encoding/json, and is
