@@ -84,7 +84,7 @@ deb: cross
 	@ls -l $(DIST)/*.deb | awk '{printf "%-48s %6.1f MiB\n", $$9, $$5/1048576}'
 
 e2e:
-	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb|SparkplugTahuInterop' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'PowerCut' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 5m -run 'Sink' -v ./cmd/edgecat
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Soak' -v ./cmd/edgesim

@@ -459,9 +459,15 @@ func TestLimits(t *testing.T) {
 		c.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH},
 			Content: &packets.Publish{Topic: "sensors/fast/x", Payload: []byte(strconv.Itoa(i)), Properties: &packets.Properties{}}})
 	}
+	// The ones beyond the burst are held, less those whose token was
+	// refilled while the client was still writing (slow on a loaded
+	// machine).
+	wrote := time.Since(start)
+	wantHeld := 400 - int(200*wrote.Seconds()) - 10
 	st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] >= 600 })
-	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || st.Throttled < 390 {
-		t.Errorf("600 publications at 200/s: took %v, aggregated %d, throttled %d; want ≥ 2s, 600, ≥ 390", took, st.Outcomes["aggregated"], st.Throttled)
+	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || int(st.Throttled) < wantHeld {
+		t.Errorf("600 publications at 200/s (written in %v): took %v, aggregated %d, throttled %d; want ≥ 2s, 600, ≥ %d",
+			wrote, took, st.Outcomes["aggregated"], st.Throttled, wantHeld)
 	}
 
 	// Maximum clients: two more connect (three in all), the next is
