@@ -58,7 +58,10 @@ type Position struct {
 type Producer interface {
 	Send(ctx context.Context, batch []Record, pos Position) error
 	// Delivered returns the position last recorded in Kafka, if the
-	// producer records positions there (found is false otherwise).
+	// producer records positions there (found is false otherwise). A
+	// read that failed or timed out is an error, never "nothing
+	// delivered": the Forwarder counts it (Stats.PositionErrors) and
+	// connects again.
 	Delivered(ctx context.Context) (pos Position, found bool, err error)
 	Close() error
 }
@@ -174,7 +177,10 @@ type Stats struct {
 	LinkUp     bool
 	Connects   uint64 // successful connections
 	SendErrors uint64
-	BatchBytes int // the size the next batch may take, adapted to the link
+	// PositionErrors counts reads of the delivered position from Kafka
+	// that failed or timed out (each followed by a reconnect).
+	PositionErrors uint64
+	BatchBytes     int // the size the next batch may take, adapted to the link
 	// Refused counts records set aside because Kafka refused them for good
 	// or they were over MaxRecordBytes; RefusedBytes is the size of their
 	// store, RefusedDropped how many of them were dropped to keep it within
@@ -661,6 +667,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				// already carries.
 				kp, found, err := np.Delivered(connectCtx)
 				if err != nil {
+					f.mu.Lock()
+					f.stats.PositionErrors++
+					f.mu.Unlock()
 					np.Close()
 					return fmt.Errorf("read delivered position: %w", err), nil
 				}

@@ -13,7 +13,6 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -352,61 +351,22 @@ func (s *saramaProducer) Close() error {
 	}
 }
 
-type positionRecord struct {
-	Gateway  string `json:"gateway"`
-	Queue    string `json:"queue"`
-	Position uint64 `json:"position"`
-}
-
-func encodePosition(gateway string, p bridge.Position) []byte {
-	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next})
-	return b
-}
-
 // Delivered reads the newest committed position record for this gateway
-// from the offsets topic (read_committed). The producer has already been
-// initialised, which fenced any older producer with the same transactional
-// id and aborted its open transaction, so the partition's end is stable.
+// from the offsets topic (see positionReader). The producer has already
+// been initialised, which fenced any older producer with the same
+// transactional id and settled its open transaction.
 func (s *saramaProducer) Delivered(ctx context.Context) (bridge.Position, bool, error) {
 	if s.o.TransactionalID == "" {
 		return bridge.Position{}, false, nil
 	}
-	cfg := SaramaConfig(s.o)
-	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cfg.Consumer.Return.Errors = true
-	client, err := sarama.NewClient(s.o.Brokers, cfg)
+	client, err := sarama.NewClient(s.o.Brokers, SaramaConfig(s.o))
 	if err != nil {
 		return bridge.Position{}, false, explainError(err, s.o)
 	}
 	defer client.Close()
-	parts, err := client.Partitions(s.o.OffsetsTopic)
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	part, err := sarama.NewHashPartitioner(s.o.OffsetsTopic).Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(s.o.PositionKey)}, int32(len(parts)))
+	r, err := newPositionReader(client, s.o.OffsetsTopic, s.o.PositionKey)
 	if err != nil {
 		return bridge.Position{}, false, err
 	}
-	// Committed data ends before the partition's end (transaction markers
-	// take offsets too), so reading stops at the end or when nothing more
-	// comes for 250 ms.
-	var pos bridge.Position
-	found := false
-	err = Read(ctx, client, ReadOptions{Topic: s.o.OffsetsTopic, Partitions: []int32{parts[part]}, ToEnd: true, Idle: 250 * time.Millisecond},
-		func(m *sarama.ConsumerMessage) error {
-			if string(m.Key) == s.o.PositionKey {
-				var pr positionRecord
-				if json.Unmarshal(m.Value, &pr) == nil {
-					pos, found = bridge.Position{Queue: pr.Queue, Next: pr.Position}, true
-				}
-			}
-			return nil
-		})
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	return pos, found, nil
+	return r.read(ctx)
 }

@@ -116,3 +116,29 @@ func ConsumeWith(cfg *sarama.Config, brokers []string, topic string, want int, t
 	}
 	return msgs, nil
 }
+
+// OpenTxn begins a transaction of another transactional producer that
+// writes one record (key, value) to topic and leaves it open until the
+// test ends, as a producer that lost power mid-transaction would until
+// Kafka's transaction timeout aborts it. The topic's partitions then have
+// a last stable offset below their end.
+func OpenTxn(t testing.TB, brokers []string, topic, key, value string) {
+	t.Helper()
+	cfg := kafka.SaramaConfig(kafka.Options{ClientID: "open-txn", TransactionalID: "open-txn-" + key})
+	p, err := sarama.NewAsyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatalf("open transaction: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.BeginTxn(); err != nil {
+		t.Fatalf("open transaction: %v", err)
+	}
+	p.Input() <- &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder(value)}
+	select {
+	case <-p.Successes():
+	case perr := <-p.Errors():
+		t.Fatalf("open transaction: %v", perr.Err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("open transaction: no answer from kafka")
+	}
+}
