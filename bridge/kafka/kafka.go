@@ -15,6 +15,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -104,59 +105,134 @@ func stallTimeout(o Options) time.Duration {
 	return 10 * time.Second
 }
 
-// NewConnector returns a bridge.Connector that makes sarama async
-// producers. A connection attempt that ctx ends is abandoned (a producer
+// NewConnector returns a bridge.Connector. Each connection is a client
+// of the brokers (its metadata fetched, so the link is up) and a producer
+// that has not taken over delivery yet: Committed reads the gateway's
+// position without disturbing any other producer, and TakeOver makes the
+// sarama async producer (for a transactional one, InitProducerId, which
+// fences every other producer with the same transactional id). A
+// connection attempt that ctx ends is abandoned (a client or producer
 // made after that is closed); a failure to reach any broker is explained
 // (see the kafka.tls and kafka.sasl configuration keys it names).
 //
 // The connector makes one producer at a time: a transactional producer's
-// initialisation (InitProducerId) fences every producer made before it,
-// and an abandoned attempt goes on initialising in the background. Were
-// the next attempt to overtake it, the abandoned one would fence the
-// producer in use, so the next attempt waits for it.
+// initialisation fences every producer made before it, and an abandoned
+// attempt goes on initialising in the background. Were the next attempt
+// to overtake it, the abandoned one would fence the producer in use, so
+// the next attempt waits for it.
 func NewConnector(o Options) bridge.Connector {
-	making := make(chan struct{}, 1) // held while a producer is being made
-	return func(ctx context.Context) (bridge.Producer, error) {
-		select {
-		case making <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	c := &connector{o: o, making: make(chan struct{}, 1)}
+	c.host, _ = os.Hostname()
+	return c.connect
+}
+
+type connector struct {
+	o      Options
+	making chan struct{} // held while a producer is being made
+	host   string        // written into position records
+}
+
+func (c *connector) connect(ctx context.Context) (bridge.Producer, error) {
+	type result struct {
+		c   sarama.Client
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		client, err := sarama.NewClient(c.o.Brokers, SaramaConfig(c.o))
+		ch <- result{client, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, explainError(r.err, c.o)
 		}
-		type result struct {
-			p   sarama.AsyncProducer
-			err error
-		}
-		ch := make(chan result, 1)
-		cfg := SaramaConfig(o)
-		meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
-		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
-		go func() {
-			p, err := sarama.NewAsyncProducer(o.Brokers, cfg)
-			<-making
-			ch <- result{p, err}
-		}()
-		select {
-		case r := <-ch:
-			if r.err != nil {
-				return nil, explainError(r.err, o)
+		return &saramaProducer{client: r.c, o: c.o, conn: c, hbytes: map[string][]byte{}}, nil
+	case <-ctx.Done():
+		go func() { // do not leak a client made after we gave up
+			if r := <-ch; r.err == nil {
+				r.c.Close()
 			}
-			return &saramaProducer{p: r.p, o: o, moved: meter.moved, hbytes: map[string][]byte{}}, nil
-		case <-ctx.Done():
-			go func() { // do not leak a producer made after we gave up
-				if r := <-ch; r.err == nil {
-					r.p.Close()
-				}
-			}()
-			return nil, ctx.Err()
-		}
+		}()
+		return nil, ctx.Err()
 	}
 }
 
+// saramaProducer is one connection to Kafka: client reads the position
+// and the topics' settings; p, made by TakeOver with a client of its own
+// whose connections are metered, produces.
 type saramaProducer struct {
-	p      sarama.AsyncProducer
+	client sarama.Client
 	o      Options
+	conn   *connector
+	reader *positionReader // made by the first Committed; goes on from where it stopped
+
+	p      sarama.AsyncProducer
 	moved  *atomic.Int64     // bytes moved on the producer's connections
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
+}
+
+// Committed reads the newest committed position record for this gateway
+// from the offsets topic (see positionReader), without taking over: the
+// producer of another gateway with the same id goes on undisturbed. A
+// later call reads on from where the last one stopped: after TakeOver,
+// which settled this gateway's own open transaction, what it returns no
+// other producer can move.
+func (s *saramaProducer) Committed(ctx context.Context) (bridge.Position, bool, error) {
+	if s.o.TransactionalID == "" {
+		return bridge.Position{}, false, nil
+	}
+	if s.reader == nil {
+		r, err := newPositionReader(s.client, s.o.OffsetsTopic, s.o.PositionKey)
+		if err != nil {
+			return bridge.Position{}, false, err
+		}
+		s.reader = r
+	}
+	return s.reader.read(ctx)
+}
+
+// TakeOver makes the async producer. A transactional one is initialised
+// (InitProducerId): Kafka fences every older producer with the same
+// transactional id, and completes or aborts its open transaction.
+func (s *saramaProducer) TakeOver(ctx context.Context) error {
+	if s.p != nil {
+		return errors.New("kafka producer: taken over already")
+	}
+	making := s.conn.making
+	select {
+	case making <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	type result struct {
+		p   sarama.AsyncProducer
+		err error
+	}
+	ch := make(chan result, 1)
+	cfg := SaramaConfig(s.o)
+	meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
+	cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
+	go func() {
+		p, err := sarama.NewAsyncProducer(s.o.Brokers, cfg)
+		<-making
+		ch <- result{p, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return explainError(r.err, s.o)
+		}
+		s.p, s.moved = r.p, meter.moved
+		return nil
+	case <-ctx.Done():
+		go func() { // do not leak a producer made after we gave up
+			if r := <-ch; r.err == nil {
+				r.p.Close()
+			}
+		}()
+		return ctx.Err()
+	}
 }
 
 func (s *saramaProducer) bytes(v string) []byte {
@@ -176,6 +252,9 @@ var _ bridge.Producer = (*saramaProducer)(nil)
 // feeds the input and drains results in one loop, so a batch larger than
 // sarama's channel buffers cannot deadlock.
 func (s *saramaProducer) Send(ctx context.Context, batch []bridge.Record, pos bridge.Position) error {
+	if s.p == nil {
+		return errors.New("kafka producer: Send before TakeOver")
+	}
 	if s.o.TransactionalID != "" {
 		return s.sendTxn(ctx, batch, pos)
 	}
@@ -189,7 +268,7 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 	if err := s.p.BeginTxn(); err != nil {
 		return s.txnError("begin transaction", err)
 	}
-	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, pos)})
+	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, s.conn.host, pos)})
 	if err := s.send(ctx, all); err != nil {
 		if s.p.TxnStatus()&sarama.ProducerTxnFlagAbortableError != 0 {
 			s.p.AbortTxn()
@@ -339,8 +418,13 @@ func refusedForGood(err error) string {
 	}[ke]
 }
 
-// Close stops the producer, waiting at most two seconds for it to flush.
+// Close stops the producer, waiting at most two seconds for it to flush,
+// and the client.
 func (s *saramaProducer) Close() error {
+	defer s.client.Close()
+	if s.p == nil {
+		return nil
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.p.Close() }()
 	select {
@@ -349,24 +433,4 @@ func (s *saramaProducer) Close() error {
 	case <-time.After(2 * time.Second):
 		return errors.New("close kafka producer: timed out; in-flight records will be sent again")
 	}
-}
-
-// Delivered reads the newest committed position record for this gateway
-// from the offsets topic (see positionReader). The producer has already
-// been initialised, which fenced any older producer with the same
-// transactional id and settled its open transaction.
-func (s *saramaProducer) Delivered(ctx context.Context) (bridge.Position, bool, error) {
-	if s.o.TransactionalID == "" {
-		return bridge.Position{}, false, nil
-	}
-	client, err := sarama.NewClient(s.o.Brokers, SaramaConfig(s.o))
-	if err != nil {
-		return bridge.Position{}, false, explainError(err, s.o)
-	}
-	defer client.Close()
-	r, err := newPositionReader(client, s.o.OffsetsTopic, s.o.PositionKey)
-	if err != nil {
-		return bridge.Position{}, false, err
-	}
-	return r.read(ctx)
 }

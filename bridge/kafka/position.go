@@ -18,14 +18,20 @@ import (
 // positionRecord is the value of a position record on the offsets topic,
 // keyed by the gateway id. Records of older versions may lack fields; a
 // reader ignores fields it does not know.
+//
+// Queue is the outbound queue's identity and Position how far it is
+// delivered; Host is the host name of the gateway that wrote it (since
+// the queue identity check: it helps find the other gateway when two
+// share an id).
 type positionRecord struct {
 	Gateway  string `json:"gateway"`
 	Queue    string `json:"queue"`
 	Position uint64 `json:"position"`
+	Host     string `json:"host,omitempty"`
 }
 
-func encodePosition(gateway string, p bridge.Position) []byte {
-	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next})
+func encodePosition(gateway, host string, p bridge.Position) []byte {
+	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next, Host: host})
 	return b
 }
 
@@ -243,7 +249,11 @@ func (r *positionReader) consume(block *sarama.FetchResponseBlock) {
 				if off < r.next || !bytes.Equal(rec.Key, r.key) {
 					continue
 				}
-				p := decodePosition(off, rec.Value)
+				at := b.FirstTimestamp.Add(rec.TimestampDelta)
+				if b.LogAppendTime {
+					at = b.MaxTimestamp
+				}
+				p := decodePosition(off, at, rec.Value)
 				if !b.IsTransactional {
 					r.take(p)
 				} else if o, ok := r.open[b.ProducerID]; !ok || o.offset < off {
@@ -281,7 +291,7 @@ func (r *positionReader) take(p foundPosition) {
 	}
 }
 
-func decodePosition(offset int64, value []byte) foundPosition {
+func decodePosition(offset int64, at time.Time, value []byte) foundPosition {
 	if value == nil {
 		return foundPosition{offset: offset} // a tombstone
 	}
@@ -289,5 +299,5 @@ func decodePosition(offset int64, value []byte) foundPosition {
 	if err := json.Unmarshal(value, &pr); err != nil {
 		return foundPosition{offset: offset, found: true, err: err}
 	}
-	return foundPosition{offset: offset, found: true, pos: bridge.Position{Queue: pr.Queue, Next: pr.Position}}
+	return foundPosition{offset: offset, found: true, pos: bridge.Position{Queue: pr.Queue, Next: pr.Position, Host: pr.Host, At: at}}
 }

@@ -89,7 +89,7 @@ func others(t *testing.T, w *positionWriter, round, n int) {
 	w.send(msgs...)
 }
 
-// delivered connects gw-1's producer and reads its position.
+// delivered connects gw-1's producer, takes over and reads its position.
 func delivered(t *testing.T, brokers []string, o kafka.Options) (bridge.Position, bool, error) {
 	t.Helper()
 	o.Brokers, o.ClientID = brokers, "test"
@@ -101,7 +101,14 @@ func delivered(t *testing.T, brokers []string, o kafka.Options) (bridge.Position
 		t.Fatal(err)
 	}
 	defer p.Close()
-	return p.Delivered(ctx)
+	if err := p.TakeOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pos, found, err := p.Committed(ctx)
+	if found && time.Since(pos.At).Abs() > time.Minute {
+		t.Errorf("position written at %v, not now", pos.At)
+	}
+	return bridge.Position{Queue: pos.Queue, Next: pos.Next}, found, err // where and when aside
 }
 
 // TestDeliveredPosition: the newest committed record under the gateway's
@@ -160,7 +167,7 @@ func TestDeliveredPosition(t *testing.T) {
 			tc.write(t, brokers)
 			pos, found, err := delivered(t, brokers, kafka.Options{})
 			if err != nil || found != tc.found || pos != tc.want {
-				t.Errorf("Delivered = %+v, %v, %v; want %+v, %v, nil", pos, found, err, tc.want, tc.found)
+				t.Errorf("position = %+v, %v, %v; want %+v, %v, nil", pos, found, err, tc.want, tc.found)
 			}
 		})
 	}
@@ -176,7 +183,7 @@ func TestDeliveredUnreadable(t *testing.T) {
 	w.txn(true, &sarama.ProducerMessage{Topic: offsets, Key: sarama.StringEncoder("gw-1"), Value: sarama.StringEncoder("not json")})
 	_, found, err := delivered(t, brokers, kafka.Options{})
 	if err == nil || found || !strings.Contains(err.Error(), `write a tombstone (null value) under key "gw-1"`) {
-		t.Errorf("Delivered: found %v, err %v; want an error naming the fix", found, err)
+		t.Errorf("position: found %v, err %v; want an error naming the fix", found, err)
 	}
 	// A valid record after it counts again (written by a producer made
 	// after the one Delivered fenced).
@@ -205,7 +212,7 @@ func TestDeliveredSlowFetches(t *testing.T) {
 	})
 	pos, found, err := delivered(t, brokers, kafka.Options{})
 	if err != nil || !found || pos != (bridge.Position{Queue: "q1", Next: 3}) {
-		t.Errorf("Delivered = %+v, %v, %v; want {q1 3}", pos, found, err)
+		t.Errorf("position = %+v, %v, %v; want {q1 3}", pos, found, err)
 	}
 	if fetches < 3 {
 		t.Errorf("%d fetches; the test wants the position several fetches in", fetches)
@@ -235,7 +242,7 @@ func TestDeliveredFailures(t *testing.T) {
 			began := time.Now()
 			_, found, err := delivered(t, brokers, kafka.Options{StallTimeout: time.Second})
 			if err == nil || found {
-				t.Errorf("Delivered: found %v, err %v; want an error", found, err)
+				t.Errorf("position: found %v, err %v; want an error", found, err)
 			}
 			if took := time.Since(began); took > 15*time.Second {
 				t.Errorf("the failed read took %v", took)
