@@ -22,6 +22,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -116,6 +117,14 @@ func (r *Record) Size() int {
 	return n
 }
 
+// Warner is a Producer that checked, when it connected, Kafka settings
+// delivery depends on, and found some that put it at risk (see package
+// bridge/kafka: unclean leader election, min.insync.replicas below 2).
+// The Forwarder shows them in Stats.KafkaWarnings.
+type Warner interface {
+	Warnings() []string
+}
+
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)
 
@@ -194,7 +203,14 @@ type Stats struct {
 	// PositionErrors counts reads of the delivered position from Kafka
 	// that failed or timed out (each followed by a reconnect).
 	PositionErrors uint64
-	BatchBytes     int // the size the next batch may take, adapted to the link
+	// LinkError is why the link is down: the last failed connection or
+	// send (a topic configuration that breaks exactly-once delivery
+	// among them); empty while it is up.
+	LinkError string
+	// KafkaWarnings are the Kafka settings found at the last connection
+	// that put delivery at risk (see Warner).
+	KafkaWarnings []string
+	BatchBytes    int // the size the next batch may take, adapted to the link
 	// Refused counts records set aside because Kafka refused them for good
 	// or they were over MaxRecordBytes; RefusedBytes is the size of their
 	// store, RefusedDropped how many of them were dropped to keep it within
@@ -531,6 +547,7 @@ func (f *Forwarder) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
+	s.KafkaWarnings = slices.Clone(s.KafkaWarnings)
 	if qs.Next > f.position {
 		s.Queued = qs.Next - max(f.position, qs.First)
 	}
@@ -688,6 +705,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					return linkErr, fatal
 				}
 				p = np
+				f.mu.Lock()
+				f.stats.LinkError = ""
+				if w, ok := np.(Warner); ok {
+					f.stats.KafkaWarnings = w.Warnings()
+				}
+				f.mu.Unlock()
 				f.setLink(true)
 				f.log.Info("kafka link up")
 				if found {
@@ -783,6 +806,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			return errors.Join(fatal, f.closeQueue()) // fenced, or Kafka's position is not this queue's
 		}
 		if linkErr != nil && ctx.Err() == nil {
+			f.mu.Lock()
+			f.stats.LinkError = linkErr.Error()
+			f.mu.Unlock()
 			f.log.Warn("kafka link down; queueing", "err", linkErr, "queued", f.Stats().Queued)
 			wait(ctx, nextBackoff())
 			continue

@@ -15,9 +15,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +53,13 @@ type Options struct {
 	// take in one request (default 512 KiB). Keep it below the brokers'
 	// message.max.bytes; the Forwarder sets larger records aside.
 	MaxRecordBytes int
+	// DataTopics are the topics the batches go to (summaries, dead
+	// letters). At each connection their settings, and the offsets
+	// topic's, are checked (see checkTopics).
+	DataTopics []string
+	// Logger gets the warnings of those checks, each once per connector;
+	// nil discards them.
+	Logger *slog.Logger
 	// TLS, if set, encrypts the connections to the brokers.
 	TLS *tls.Config
 	// SASL, if set, authenticates to the brokers.
@@ -121,7 +130,10 @@ func stallTimeout(o Options) time.Duration {
 // to overtake it, the abandoned one would fence the producer in use, so
 // the next attempt waits for it.
 func NewConnector(o Options) bridge.Connector {
-	c := &connector{o: o, making: make(chan struct{}, 1)}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &connector{o: o, making: make(chan struct{}, 1), warned: map[string]bool{}}
 	c.host, _ = os.Hostname()
 	return c.connect
 }
@@ -130,24 +142,41 @@ type connector struct {
 	o      Options
 	making chan struct{} // held while a producer is being made
 	host   string        // written into position records
+
+	mu     sync.Mutex
+	warned map[string]bool // warnings logged already
 }
 
+// connect makes a client and checks the topics' settings (checkTopics):
+// a setting that breaks exactly-once delivery is an error (ErrTopicConfig).
 func (c *connector) connect(ctx context.Context) (bridge.Producer, error) {
 	type result struct {
-		c   sarama.Client
-		err error
+		c        sarama.Client
+		warnings []string
+		err      error
 	}
 	ch := make(chan result, 1)
 	go func() {
 		client, err := sarama.NewClient(c.o.Brokers, SaramaConfig(c.o))
-		ch <- result{client, err}
+		if err != nil {
+			ch <- result{err: explainError(err, c.o)}
+			return
+		}
+		warnings, err := checkTopics(client, c.o)
+		if err != nil {
+			client.Close()
+			ch <- result{err: err}
+			return
+		}
+		ch <- result{c: client, warnings: warnings}
 	}()
 	select {
 	case r := <-ch:
 		if r.err != nil {
-			return nil, explainError(r.err, c.o)
+			return nil, r.err
 		}
-		return &saramaProducer{client: r.c, o: c.o, conn: c, hbytes: map[string][]byte{}}, nil
+		c.warn(r.warnings)
+		return &saramaProducer{client: r.c, o: c.o, conn: c, warnings: r.warnings, hbytes: map[string][]byte{}}, nil
 	case <-ctx.Done():
 		go func() { // do not leak a client made after we gave up
 			if r := <-ch; r.err == nil {
@@ -158,19 +187,36 @@ func (c *connector) connect(ctx context.Context) (bridge.Producer, error) {
 	}
 }
 
+// warn logs each warning the first time it is found.
+func (c *connector) warn(warnings []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range warnings {
+		if !c.warned[w] {
+			c.warned[w] = true
+			c.o.Logger.Warn(w)
+		}
+	}
+}
+
 // saramaProducer is one connection to Kafka: client reads the position
 // and the topics' settings; p, made by TakeOver with a client of its own
 // whose connections are metered, produces.
 type saramaProducer struct {
-	client sarama.Client
-	o      Options
-	conn   *connector
-	reader *positionReader // made by the first Committed; goes on from where it stopped
+	client   sarama.Client
+	o        Options
+	conn     *connector
+	warnings []string        // of checkTopics
+	reader   *positionReader // made by the first Committed; goes on from where it stopped
 
 	p      sarama.AsyncProducer
 	moved  *atomic.Int64     // bytes moved on the producer's connections
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
 }
+
+// Warnings are the warnings of the topics' settings found at connect
+// (checkTopics).
+func (s *saramaProducer) Warnings() []string { return s.warnings }
 
 // Committed reads the newest committed position record for this gateway
 // from the offsets topic (see positionReader), without taking over: the

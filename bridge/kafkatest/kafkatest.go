@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func Start(t testing.TB, partitions int32, topics ...string) (*kfake.Cluster, []
 // StartOnPort is Start on a given port (0 for any).
 func StartOnPort(t testing.TB, port int, partitions int32, topics ...string) (*kfake.Cluster, []string) {
 	t.Helper()
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...)}
+	opts := []kfake.Opt{kfake.NumBrokers(1)}
 	if port != 0 {
 		opts = append(opts, kfake.Ports(port))
 	}
@@ -36,7 +37,25 @@ func StartOnPort(t testing.TB, port int, partitions int32, topics ...string) (*k
 		t.Fatalf("start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	CreateTopics(t, c, partitions, topics...)
 	return c, c.ListenAddrs()
+}
+
+// CreateTopics creates the topics, each with the given number of
+// partitions. A topic whose name ends in ".offsets" holds delivered
+// positions and is created as a deployment creates it: compacted
+// (kafka.OffsetsTopicConfig); the gateway refuses one that is not.
+func CreateTopics(t testing.TB, c *kfake.Cluster, partitions int32, topics ...string) {
+	t.Helper()
+	for _, topic := range topics {
+		var cfg map[string]string
+		if strings.HasSuffix(topic, ".offsets") {
+			cfg = kafka.OffsetsTopicConfig
+		}
+		if err := c.CreateTopic(topic, partitions, cfg); err != nil {
+			t.Fatalf("create topic %s: %v", topic, err)
+		}
+	}
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.

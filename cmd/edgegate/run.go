@@ -46,6 +46,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ko.Logger = log.With("component", "kafka")
 	p, err := newPipeline(cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		return err
@@ -81,7 +82,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // reading the TLS files and the SASL password.
 func kafkaOptions(cfg *configs.Config, clientID string) (kafka.Options, error) {
 	o := kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: clientID, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
-		StallTimeout: cfg.Kafka.StallTimeout.D()}
+		StallTimeout: cfg.Kafka.StallTimeout.D(), DataTopics: []string{cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic}}
 	if cfg.Kafka.ExactlyOnce {
 		o.TransactionalID = cfg.TransactionalID()
 		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
