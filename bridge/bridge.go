@@ -800,10 +800,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		linkErr, fatal := deliver(ctx)
 		if fatal != nil {
-			if errors.Is(fatal, ErrQueueFailed) {
-				return fatal
-			}
-			return errors.Join(fatal, f.closeQueue()) // fenced, or Kafka's position is not this queue's
+			// The queue stays open: the gateway's shutdown still queues
+			// the summaries of its open windows and syncs them.
+			return fatal
 		}
 		if linkErr != nil && ctx.Err() == nil {
 			f.mu.Lock()

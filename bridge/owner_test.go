@@ -69,6 +69,17 @@ func TestSharedGatewayID(t *testing.T) {
 		}
 	}
 
+	// The queue stays usable: the gateway's shutdown queues the
+	// summaries of its open windows and syncs them (they are delivered
+	// once it has its own id).
+	b.Summary(summary("b", 3), bridge.Mark{})
+	if err := b.Sync(); err != nil {
+		t.Errorf("second gateway's queue after the stop: %v", err)
+	}
+	if st := b.Stats(); st.Queued != 2 || st.Dropped != 0 {
+		t.Errorf("second gateway's queue after the stop: %d queued, %d dropped; want 2, 0", st.Queued, st.Dropped)
+	}
+
 	// The first was not fenced: it delivers on.
 	a.Summary(summary("a", 2), bridge.Mark{})
 	msgs := kafkatest.Consume(t, addrs, summaries, 2, 20*time.Second)
