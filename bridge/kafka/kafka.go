@@ -1,9 +1,12 @@
 // Package kafka is the Kafka side of the bridge, on IBM/sarama: the
 // producer that package bridge's Forwarder delivers through (NewConnector;
 // idempotent, optionally transactional, with the delivered position kept
-// in a compacted offsets topic), TLS and SASL set-up with errors that say
-// what to check, and one read_committed consumer of every partition of a
-// topic (Read) for the programs and tests that read the records back.
+// in a compacted offsets topic and read back to its partition's end,
+// position.go), the topic settings exactly-once delivery depends on,
+// checked at each connection (topics.go), TLS and SASL set-up with errors
+// that say what to check, and one read_committed consumer of every
+// partition of a topic (Read) for the programs and tests that read the
+// records back.
 //
 // sarama records metrics in go-metrics, whose meters tick in a goroutine
 // that never stops; a command that links this package calls

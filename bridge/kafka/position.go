@@ -46,7 +46,10 @@ func encodePosition(gateway, host string, p bridge.Position) []byte {
 // own transactions are all settled by the time its producer is initialised
 // (InitProducerId completes or aborts them), so what is still undecided at
 // the end belongs to another producer: a second gateway with the same id,
-// whose record does not count until it commits.
+// whose record does not count until it commits. Read before that (by
+// Committed before TakeOver), this gateway's own last transaction may be
+// undecided still: that read tells who wrote the position; the read after
+// TakeOver settles it.
 //
 // A reader may be read again later: it goes on from where it stopped,
 // with the undecided transactions it saw.
