@@ -295,7 +295,10 @@ func (s *saramaProducer) bytes(v string) []byte {
 	return b
 }
 
-var _ bridge.Producer = (*saramaProducer)(nil)
+var (
+	_ bridge.Producer = (*saramaProducer)(nil)
+	_ bridge.Warner   = (*saramaProducer)(nil)
+)
 
 // Send pushes the batch and waits for every record's acknowledgement. It
 // feeds the input and drains results in one loop, so a batch larger than
