@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,9 +205,9 @@ func TestDeliveredSlowFetches(t *testing.T) {
 		others(t, other, int(i), 1200) // over 1 MiB: a fetch each
 		w.txn(true, positionMsg("gw-1", "q1", i))
 	}
-	fetches := 0
+	var fetches atomic.Int32
 	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		fetches++
+		fetches.Add(1)
 		c.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
 		return nil, nil, false
 	})
@@ -214,8 +215,8 @@ func TestDeliveredSlowFetches(t *testing.T) {
 	if err != nil || !found || pos != (bridge.Position{Queue: "q1", Next: 3}) {
 		t.Errorf("position = %+v, %v, %v; want {q1 3}", pos, found, err)
 	}
-	if fetches < 3 {
-		t.Errorf("%d fetches; the test wants the position several fetches in", fetches)
+	if n := fetches.Load(); n < 3 {
+		t.Errorf("%d fetches; the test wants the position several fetches in", n)
 	}
 }
 
