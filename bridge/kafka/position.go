@@ -72,6 +72,10 @@ type foundPosition struct {
 	err    error // the record could not be decoded
 }
 
+// maxThrottled bounds the fetches in a row a broker over its quota may
+// answer empty before the read fails (and the Forwarder connects again).
+const maxThrottled = 20
+
 // maxFetchBytes bounds one fetch response; a batch larger than the first
 // try (1 MiB) is fetched again with room for it, up to this.
 const maxFetchBytes = 64 << 20
@@ -122,6 +126,7 @@ func (r *positionReader) readTo(ctx context.Context) (bridge.Position, bool, err
 		r.next, r.started = first, true // what lay before first is deleted
 	}
 	maxBytes := int32(1 << 20)
+	throttled := 0 // answers in a row held back by the broker's quota
 	for r.next < end {
 		if err := ctx.Err(); err != nil {
 			return bridge.Position{}, false, err
@@ -133,6 +138,7 @@ func (r *positionReader) readTo(ctx context.Context) (bridge.Position, bool, err
 		before := r.next
 		r.consume(block)
 		if r.next > before {
+			throttled = 0
 			continue
 		}
 		switch {
@@ -144,6 +150,9 @@ func (r *positionReader) readTo(ctx context.Context) (bridge.Position, bool, err
 			}
 			maxBytes *= 2
 		case throttle > 0: // a broker over its quota answers at once, empty
+			if throttled++; throttled > maxThrottled {
+				return bridge.Position{}, false, fmt.Errorf("the broker held back %d fetches in a row (over its quota; the last for %v)", throttled, throttle)
+			}
 			select {
 			case <-time.After(throttle):
 			case <-ctx.Done():

@@ -220,10 +220,32 @@ func TestDeliveredSlowFetches(t *testing.T) {
 	}
 }
 
-// TestDeliveredFailures: a fetch the broker refuses, and one that never
-// comes back within the stall timeout, are errors, never "no position".
+// TestDeliveredFailures: a fetch the broker refuses, one that never comes
+// back within the stall timeout, and a broker over its quota that keeps
+// answering empty, are errors, never "no position".
 func TestDeliveredFailures(t *testing.T) {
+	var throttled atomic.Int32
 	for name, fault := range map[string]func(c *kfake.Cluster, release <-chan struct{}){
+		"always throttled": func(c *kfake.Cluster, _ <-chan struct{}) {
+			c.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				c.KeepControl()
+				throttled.Add(1)
+				fr := req.(*kmsg.FetchRequest)
+				resp := fr.ResponseKind().(*kmsg.FetchResponse)
+				resp.ThrottleMillis = 5
+				for _, rt := range fr.Topics {
+					st := kmsg.NewFetchResponseTopic()
+					st.Topic, st.TopicID = rt.Topic, rt.TopicID
+					for _, rp := range rt.Partitions {
+						sp := kmsg.NewFetchResponseTopicPartition()
+						sp.Partition, sp.HighWatermark, sp.LastStableOffset = rp.Partition, 10, 10
+						st.Partitions = append(st.Partitions, sp)
+					}
+					resp.Topics = append(resp.Topics, st)
+				}
+				return resp, nil, true
+			})
+		},
 		"broker error": func(c *kfake.Cluster, _ <-chan struct{}) {
 			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: offsets, Count: -1})
 		},
@@ -247,6 +269,9 @@ func TestDeliveredFailures(t *testing.T) {
 			}
 			if took := time.Since(began); took > 15*time.Second {
 				t.Errorf("the failed read took %v", took)
+			}
+			if n := throttled.Load(); name == "always throttled" && n != 21 {
+				t.Errorf("%d throttled fetches before the error, want 21", n)
 			}
 			t.Log(err)
 		})
