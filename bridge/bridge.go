@@ -20,7 +20,9 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -48,18 +50,34 @@ type Record struct {
 type Position struct {
 	Queue string
 	Next  uint64
+	// Host and At say where and when a position read from Kafka was
+	// written (empty when Kafka does not know: records of older versions).
+	Host string
+	At   time.Time
 }
 
-// Producer delivers batches of records to Kafka. Send returns nil only when
+// Producer delivers batches of records to Kafka. A new one has not taken
+// over delivery yet: the Forwarder first reads the position Kafka holds
+// (Committed) and checks that its own queue wrote it, then calls
+// TakeOver, then reads the position again. Send returns nil only when
 // every record of the batch is acknowledged by the brokers, in order per
 // key; a transactional producer also records pos in the same transaction.
 // After Send fails, the Forwarder closes the producer and connects a new
 // one.
 type Producer interface {
+	// Committed returns the position last committed in Kafka, if the
+	// producer records positions there (found is false otherwise),
+	// without disturbing another producer that delivers for the same
+	// gateway id. After TakeOver, no other producer can move it. A read
+	// that failed or timed out is an error, never "nothing delivered":
+	// the Forwarder counts it (Stats.PositionErrors) and connects again.
+	Committed(ctx context.Context) (pos Position, found bool, err error)
+	// TakeOver makes this producer the one that delivers for the
+	// gateway: a transactional producer fences every other with the same
+	// id (ErrFenced on their next Send) and settles their open
+	// transaction.
+	TakeOver(ctx context.Context) error
 	Send(ctx context.Context, batch []Record, pos Position) error
-	// Delivered returns the position last recorded in Kafka, if the
-	// producer records positions there (found is false otherwise).
-	Delivered(ctx context.Context) (pos Position, found bool, err error)
 	Close() error
 }
 
@@ -97,6 +115,14 @@ func (r *Record) Size() int {
 		n += len(h.Key) + len(h.Value) + 2*binary.MaxVarintLen32
 	}
 	return n
+}
+
+// Warner is a Producer that checked, when it connected, Kafka settings
+// delivery depends on, and found some that put it at risk (see package
+// bridge/kafka: unclean leader election, min.insync.replicas below 2).
+// The Forwarder shows them in Stats.KafkaWarnings.
+type Warner interface {
+	Warnings() []string
 }
 
 // Connector makes a new Producer; it fails when no broker can be reached.
@@ -174,7 +200,17 @@ type Stats struct {
 	LinkUp     bool
 	Connects   uint64 // successful connections
 	SendErrors uint64
-	BatchBytes int // the size the next batch may take, adapted to the link
+	// PositionErrors counts reads of the delivered position from Kafka
+	// that failed or timed out (each followed by a reconnect).
+	PositionErrors uint64
+	// LinkError is why the link is down: the last failed connection or
+	// send (a topic configuration that breaks exactly-once delivery
+	// among them); empty while it is up.
+	LinkError string
+	// KafkaWarnings are the Kafka settings found at the last connection
+	// that put delivery at risk (see Warner).
+	KafkaWarnings []string
+	BatchBytes    int // the size the next batch may take, adapted to the link
 	// Refused counts records set aside because Kafka refused them for good
 	// or they were over MaxRecordBytes; RefusedBytes is the size of their
 	// store, RefusedDropped how many of them were dropped to keep it within
@@ -222,6 +258,11 @@ type Forwarder struct {
 	// the quota is known without reading the queue.
 	deadSpans []deadSpan
 	deadBytes int64
+
+	// Who owns the position Kafka holds (owner.go); Run's goroutine only.
+	openNext uint64 // the queue's next sequence number when opened
+	owned    bool   // Kafka's position was found to be this queue's, or this queue committed one
+	adopting bool   // AdoptFile is there: take over whatever Kafka holds
 }
 
 type deadSpan struct {
@@ -300,6 +341,12 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		return nil, err
 	}
 	qs := q.Stats()
+	f.openNext = qs.Next
+	if _, err := os.Stat(filepath.Join(opts.Dir, AdoptFile)); err == nil {
+		f.adopting = true
+		f.log.Warn("outbound queue: "+AdoptFile+" is there: this gateway takes over the delivered position Kafka holds for its id, whoever wrote it",
+			"gateway", opts.Gateway, "queue", q.ID())
+	}
 	f.position = max(q.Position(), qs.First)
 	f.stats.Truncated, f.stats.Quarantined, f.stats.Lost = qs.Truncated, qs.Quarantined, qs.Lost
 	if qs.Next > f.position {
@@ -500,6 +547,7 @@ func (f *Forwarder) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
+	s.KafkaWarnings = slices.Clone(s.KafkaWarnings)
 	if qs.Next > f.position {
 		s.Queued = qs.Next - max(f.position, qs.First)
 	}
@@ -652,19 +700,17 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				return nil, nil
 			}
 			if p == nil {
-				np, err := f.connect(connectCtx)
-				if err != nil {
-					return fmt.Errorf("connect to kafka: %w", err), nil
-				}
-				// Kafka is the truth for what was delivered; the local
-				// position is a hint. Skip what a committed transaction
-				// already carries.
-				kp, found, err := np.Delivered(connectCtx)
-				if err != nil {
-					np.Close()
-					return fmt.Errorf("read delivered position: %w", err), nil
+				np, kp, found, linkErr, fatal := f.takeOver(connectCtx)
+				if linkErr != nil || fatal != nil {
+					return linkErr, fatal
 				}
 				p = np
+				f.mu.Lock()
+				f.stats.LinkError = ""
+				if w, ok := np.(Warner); ok {
+					f.stats.KafkaWarnings = w.Warnings()
+				}
+				f.mu.Unlock()
 				f.setLink(true)
 				f.log.Info("kafka link up")
 				if found {
@@ -729,6 +775,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				setBudget(budget / 2)
 				return fmt.Errorf("send %d records (%d bytes): %w", k, size, err), nil
 			}
+			if f.adopting {
+				if err := f.adopted(); err != nil {
+					return nil, fmt.Errorf("%w: %w", ErrQueueFailed, err)
+				}
+			}
+			f.owned = true // Kafka's position is this queue's now
 			if err := advance(k, k, false); err != nil {
 				return nil, err
 			}
@@ -748,9 +800,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		linkErr, fatal := deliver(ctx)
 		if fatal != nil {
+			// The queue stays open: the gateway's shutdown still queues
+			// the summaries of its open windows and syncs them.
 			return fatal
 		}
 		if linkErr != nil && ctx.Err() == nil {
+			f.mu.Lock()
+			f.stats.LinkError = linkErr.Error()
+			f.mu.Unlock()
 			f.log.Warn("kafka link down; queueing", "err", linkErr, "queued", f.Stats().Queued)
 			wait(ctx, nextBackoff())
 			continue
@@ -938,13 +995,61 @@ func (p *prefetcher) stop() {
 	<-p.done
 }
 
+// takeOver connects a producer and makes it the one that delivers for
+// the gateway. Before taking over it checks that Kafka's position is this
+// queue's (checkOwner), so that a second gateway started with the same id
+// stops without fencing the first; after, it reads the position again,
+// which no other producer can move now, and checks it again. It returns
+// the producer and Kafka's position, a link error (connect again later)
+// or a fatal one.
+func (f *Forwarder) takeOver(ctx context.Context) (p Producer, kp Position, found bool, linkErr, fatal error) {
+	np, err := f.connect(ctx)
+	if err != nil {
+		return nil, Position{}, false, fmt.Errorf("connect to kafka: %w", err), nil
+	}
+	committed := func() error {
+		if kp, found, err = np.Committed(ctx); err != nil {
+			f.mu.Lock()
+			f.stats.PositionErrors++
+			f.mu.Unlock()
+			return fmt.Errorf("read delivered position: %w", err)
+		}
+		return nil
+	}
+	if err := committed(); err != nil {
+		np.Close()
+		return nil, Position{}, false, err, nil
+	}
+	if err := f.checkOwner(kp, found); err != nil {
+		np.Close()
+		f.log.Error("kafka delivery stopped", "err", err)
+		return nil, Position{}, false, nil, err
+	}
+	if err := np.TakeOver(ctx); err != nil {
+		np.Close()
+		return nil, Position{}, false, fmt.Errorf("take over delivery: %w", err), nil
+	}
+	if err := committed(); err != nil {
+		np.Close()
+		return nil, Position{}, false, err, nil
+	}
+	if err := f.checkOwner(kp, found); err != nil {
+		np.Close()
+		f.log.Error("kafka delivery stopped", "err", err)
+		return nil, Position{}, false, nil, err
+	}
+	return np, kp, found, nil, nil
+}
+
 // reconcile compares the position Kafka holds with the pending batch that
 // starts at first. It reports skip when Kafka already has (some of) the
-// batch, after moving the local position there.
+// batch, after moving the local position there. A position this queue
+// did not write (checkOwner let it through: adopted, or naming no queue)
+// says nothing of this queue: the local position counts.
 func (f *Forwarder) reconcile(kp Position, first uint64) (skip bool, err error) {
-	if kp.Queue != f.q.ID() {
-		f.log.Warn("kafka holds a position for another outbound queue (the data directory was replaced?); keeping the local position",
-			"kafka_queue", kp.Queue, "local_queue", f.q.ID(), "kafka_position", kp.Next)
+	if kp.Queue != f.q.ID() || f.adopting {
+		f.log.Warn("kafka's position is not this queue's to count (another queue wrote it, or it is being adopted); keeping the local position",
+			"kafka_queue", kp.Queue, "local_queue", f.q.ID(), "kafka_position", kp.Next, "adopting", f.adopting)
 		return false, nil
 	}
 	if first == 0 || kp.Next <= first {

@@ -289,17 +289,27 @@ func TestExactlyOnceKafkaIsTheTruth(t *testing.T) {
 	}
 }
 
-// TestFencing starts a second forwarder with the same transactional id
-// while the first runs: the first stops with ErrFenced and the second
+// TestFencing starts a second forwarder with the same transactional id on
+// a copy of the first's queue while the first runs (a card cloned from a
+// running gateway: the same queue identity, so the position Kafka holds
+// looks like its own): the first stops with ErrFenced and the second
 // delivers.
 func TestFencing(t *testing.T) {
 	_, addrs := kafkatest.Start(t, 1, summaries, dead, offsetsTopic)
-	f1 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
+	dir1 := t.TempDir()
+	f1 := txnForwarder(t, dir1, addrs, bridge.Options{})
 	stop1 := run(t, f1)
 	f1.Summary(summary("a", 0), bridge.Mark{})
 	kafkatest.Consume(t, addrs, summaries, 1, 20*time.Second)
+	if err := f1.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	dir2 := t.TempDir()
+	if err := os.CopyFS(dir2, os.DirFS(dir1)); err != nil {
+		t.Fatal(err)
+	}
 
-	f2 := txnForwarder(t, t.TempDir(), addrs, bridge.Options{})
+	f2 := txnForwarder(t, dir2, addrs, bridge.Options{})
 	stop2 := run(t, f2)
 	f2.Summary(summary("b", 1), bridge.Mark{})
 	kafkatest.Consume(t, addrs, summaries, 2, 20*time.Second)

@@ -35,12 +35,13 @@ func noise(seed uint64, n int) []byte {
 // record on the same topic. Both poisons are set aside, with their reasons,
 // and everything else is delivered exactly once, in order.
 func TestPoisonRecordSetAside(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, summaries, dead, offsetsTopic),
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.BrokerConfigs(map[string]string{"message.max.bytes": "100000"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	kafkatest.CreateTopics(t, c, 1, summaries, dead, offsetsTopic)
 	addrs := c.ListenAddrs()
 	dir := t.TempDir()
 	f := txnForwarder(t, dir, addrs, bridge.Options{})

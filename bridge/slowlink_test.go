@@ -37,7 +37,7 @@ func startSlowLink(t *testing.T, rate int, partitions int32, topics ...string) *
 	zerolog.SetGlobalLevel(zerolog.Disabled) // the toxics log through zerolog's global logger
 	l := &slowLink{}
 	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.ListenFn(func(network, address string) (net.Listener, error) {
 			ln, err := net.Listen(network, address)
 			if err != nil {
@@ -66,6 +66,7 @@ func startSlowLink(t *testing.T, rate int, partitions int32, topics ...string) *
 		t.Fatalf("start kfake behind a proxy: %v", err)
 	}
 	t.Cleanup(func() { c.Close(); l.proxy.Stop() })
+	kafkatest.CreateTopics(t, c, partitions, topics...)
 	l.addrs = c.ListenAddrs()
 	return l
 }

@@ -129,6 +129,10 @@ func (c *Config) SensorTopic(device, metric string) (string, bool) {
 
 // Gateway identifies the gateway.
 type Gateway struct {
+	// ID names the gateway in every summary and record key; the Kafka
+	// transactional id derives from it. Empty: the gateway makes one at
+	// its first start and keeps it in the data directory (see
+	// ResolveGatewayID).
 	ID      string `yaml:"id"`
 	DataDir string `yaml:"data_dir"`
 }
@@ -430,9 +434,8 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // Kafka brokers have no default.
 func Default() Config {
 	ac := aggregate.DefaultConfig()
-	host, _ := os.Hostname()
 	return Config{
-		Gateway: Gateway{ID: sanitizeID(host), DataDir: "/var/lib/edgegate"},
+		Gateway: Gateway{DataDir: "/var/lib/edgegate"}, // ID: see ResolveGatewayID
 		MQTT: MQTT{
 			Listen:            "0.0.0.0:1883",
 			Topics:            []string{"sensors/{device}/{metric}", "sensors/{device}"},
@@ -696,8 +699,8 @@ func (c *Config) Validate() error {
 	add := func(key, format string, args ...any) {
 		p = append(p, key+": "+fmt.Sprintf(format, args...))
 	}
-	if !idRE.MatchString(c.Gateway.ID) {
-		add("gateway.id", "%q is not a valid id; use 1-64 letters, digits, '.', '_' or '-' (it names the gateway in every summary and its Kafka transactional id)", c.Gateway.ID)
+	if c.Gateway.ID != "" && !idRE.MatchString(c.Gateway.ID) {
+		add("gateway.id", "%q is not a valid id; use 1-64 letters, digits, '.', '_' or '-' (it names the gateway in every summary and its Kafka transactional id), or leave it unset for one the gateway makes", c.Gateway.ID)
 	}
 	if c.Gateway.DataDir == "" {
 		add("gateway.data_dir", "is empty; set a directory the gateway may write, e.g. /var/lib/edgegate")

@@ -22,7 +22,7 @@ import (
 // user "gw") and, if ca is set, TLS.
 func secureCluster(t *testing.T, ca *testpki.CA, users map[string]string) []string {
 	t.Helper()
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(2, summaries, dead, "edge.offsets")}
+	opts := []kfake.Opt{kfake.NumBrokers(1)}
 	if len(users) > 0 {
 		opts = append(opts, kfake.EnableSASL())
 		for mech, pw := range users {
@@ -38,6 +38,7 @@ func secureCluster(t *testing.T, ca *testpki.CA, users map[string]string) []stri
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	kafkatest.CreateTopics(t, c, 2, summaries, dead, "edge.offsets")
 	return c.ListenAddrs()
 }
 

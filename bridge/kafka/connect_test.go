@@ -14,13 +14,26 @@ import (
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 )
 
-// TestAbandonedConnectDoesNotFence: a connect whose context ends while
+// takeOver connects and takes over delivery, as the Forwarder does.
+func takeOver(ctx context.Context, connect bridge.Connector) (bridge.Producer, error) {
+	p, err := connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.TakeOver(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// TestAbandonedConnectDoesNotFence: a take-over whose context ends while
 // sarama initialises the transactional producer (InitProducerId) is
 // abandoned, but the initialisation goes on in the background. Were the
-// next connect's InitProducerId handled first, the abandoned one would
+// next take-over's InitProducerId handled first, the abandoned one would
 // bump the epoch after it and fence the producer the Forwarder goes on
 // with (ErrFenced, although no other gateway runs). kfake holds the first
-// InitProducerId until the next connect has had time to send its own.
+// InitProducerId until the next take-over has had time to send its own.
 func TestAbandonedConnectDoesNotFence(t *testing.T) {
 	c, brokers := kafkatest.Start(t, 1, summaries, "edge.offsets")
 	held, woke, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
@@ -43,7 +56,7 @@ func TestAbandonedConnectDoesNotFence(t *testing.T) {
 	ctx1, cancel1 := context.WithCancel(context.Background())
 	abandoned := make(chan error, 1)
 	go func() {
-		p, err := connect(ctx1)
+		p, err := takeOver(ctx1, connect)
 		if p != nil {
 			p.Close()
 		}
@@ -67,7 +80,7 @@ func TestAbandonedConnectDoesNotFence(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		p, err := connect(ctx)
+		p, err := takeOver(ctx, connect)
 		got <- result{p, err}
 	}()
 	select { // the next connect must not overtake the abandoned one

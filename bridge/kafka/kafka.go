@@ -1,9 +1,12 @@
 // Package kafka is the Kafka side of the bridge, on IBM/sarama: the
 // producer that package bridge's Forwarder delivers through (NewConnector;
 // idempotent, optionally transactional, with the delivered position kept
-// in a compacted offsets topic), TLS and SASL set-up with errors that say
-// what to check, and one read_committed consumer of every partition of a
-// topic (Read) for the programs and tests that read the records back.
+// in a compacted offsets topic and read back to its partition's end,
+// position.go), the topic settings exactly-once delivery depends on,
+// checked at each connection (topics.go), TLS and SASL set-up with errors
+// that say what to check, and one read_committed consumer of every
+// partition of a topic (Read) for the programs and tests that read the
+// records back.
 //
 // sarama records metrics in go-metrics, whose meters tick in a goroutine
 // that never stops; a command that links this package calls
@@ -13,11 +16,13 @@ package kafka
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +56,13 @@ type Options struct {
 	// take in one request (default 512 KiB). Keep it below the brokers'
 	// message.max.bytes; the Forwarder sets larger records aside.
 	MaxRecordBytes int
+	// DataTopics are the topics the batches go to (summaries, dead
+	// letters). At each connection their settings, and the offsets
+	// topic's, are checked (see checkTopics).
+	DataTopics []string
+	// Logger gets the warnings of those checks, each once per connector;
+	// nil discards them.
+	Logger *slog.Logger
 	// TLS, if set, encrypts the connections to the brokers.
 	TLS *tls.Config
 	// SASL, if set, authenticates to the brokers.
@@ -105,59 +117,171 @@ func stallTimeout(o Options) time.Duration {
 	return 10 * time.Second
 }
 
-// NewConnector returns a bridge.Connector that makes sarama async
-// producers. A connection attempt that ctx ends is abandoned (a producer
+// NewConnector returns a bridge.Connector. Each connection is a client
+// of the brokers (its metadata fetched, so the link is up) and a producer
+// that has not taken over delivery yet: Committed reads the gateway's
+// position without disturbing any other producer, and TakeOver makes the
+// sarama async producer (for a transactional one, InitProducerId, which
+// fences every other producer with the same transactional id). A
+// connection attempt that ctx ends is abandoned (a client or producer
 // made after that is closed); a failure to reach any broker is explained
 // (see the kafka.tls and kafka.sasl configuration keys it names).
 //
 // The connector makes one producer at a time: a transactional producer's
-// initialisation (InitProducerId) fences every producer made before it,
-// and an abandoned attempt goes on initialising in the background. Were
-// the next attempt to overtake it, the abandoned one would fence the
-// producer in use, so the next attempt waits for it.
+// initialisation fences every producer made before it, and an abandoned
+// attempt goes on initialising in the background. Were the next attempt
+// to overtake it, the abandoned one would fence the producer in use, so
+// the next attempt waits for it.
 func NewConnector(o Options) bridge.Connector {
-	making := make(chan struct{}, 1) // held while a producer is being made
-	return func(ctx context.Context) (bridge.Producer, error) {
-		select {
-		case making <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	c := &connector{o: o, making: make(chan struct{}, 1), warned: map[string]bool{}}
+	c.host, _ = os.Hostname()
+	return c.connect
+}
+
+type connector struct {
+	o      Options
+	making chan struct{} // held while a producer is being made
+	host   string        // written into position records
+
+	mu     sync.Mutex
+	warned map[string]bool // warnings logged already
+}
+
+// connect makes a client and checks the topics' settings (checkTopics):
+// a setting that breaks exactly-once delivery is an error (ErrTopicConfig).
+func (c *connector) connect(ctx context.Context) (bridge.Producer, error) {
+	type result struct {
+		c        sarama.Client
+		warnings []string
+		err      error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		client, err := sarama.NewClient(c.o.Brokers, SaramaConfig(c.o))
+		if err != nil {
+			ch <- result{err: explainError(err, c.o)}
+			return
 		}
-		type result struct {
-			p   sarama.AsyncProducer
-			err error
+		warnings, err := checkTopics(client, c.o)
+		if err != nil {
+			client.Close()
+			ch <- result{err: err}
+			return
 		}
-		ch := make(chan result, 1)
-		cfg := SaramaConfig(o)
-		meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
-		cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
-		go func() {
-			p, err := sarama.NewAsyncProducer(o.Brokers, cfg)
-			<-making
-			ch <- result{p, err}
-		}()
-		select {
-		case r := <-ch:
-			if r.err != nil {
-				return nil, explainError(r.err, o)
+		ch <- result{c: client, warnings: warnings}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		c.warn(r.warnings)
+		return &saramaProducer{client: r.c, o: c.o, conn: c, warnings: r.warnings, hbytes: map[string][]byte{}}, nil
+	case <-ctx.Done():
+		go func() { // do not leak a client made after we gave up
+			if r := <-ch; r.err == nil {
+				r.c.Close()
 			}
-			return &saramaProducer{p: r.p, o: o, moved: meter.moved, hbytes: map[string][]byte{}}, nil
-		case <-ctx.Done():
-			go func() { // do not leak a producer made after we gave up
-				if r := <-ch; r.err == nil {
-					r.p.Close()
-				}
-			}()
-			return nil, ctx.Err()
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// warn logs each warning the first time it is found.
+func (c *connector) warn(warnings []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range warnings {
+		if !c.warned[w] {
+			c.warned[w] = true
+			c.o.Logger.Warn(w)
 		}
 	}
 }
 
+// saramaProducer is one connection to Kafka: client reads the position
+// and the topics' settings; p, made by TakeOver with a client of its own
+// whose connections are metered, produces.
 type saramaProducer struct {
+	client   sarama.Client
+	o        Options
+	conn     *connector
+	warnings []string        // of checkTopics
+	reader   *positionReader // made by the first Committed; goes on from where it stopped
+
 	p      sarama.AsyncProducer
-	o      Options
 	moved  *atomic.Int64     // bytes moved on the producer's connections
 	hbytes map[string][]byte // header strings as bytes, made once (sarama only reads them)
+}
+
+// Warnings are the warnings of the topics' settings found at connect
+// (checkTopics).
+func (s *saramaProducer) Warnings() []string { return s.warnings }
+
+// Committed reads the newest committed position record for this gateway
+// from the offsets topic (see positionReader), without taking over: the
+// producer of another gateway with the same id goes on undisturbed. A
+// later call reads on from where the last one stopped: after TakeOver,
+// which settled this gateway's own open transaction, what it returns no
+// other producer can move.
+func (s *saramaProducer) Committed(ctx context.Context) (bridge.Position, bool, error) {
+	if s.o.TransactionalID == "" {
+		return bridge.Position{}, false, nil
+	}
+	if s.reader == nil {
+		r, err := newPositionReader(s.client, s.o.OffsetsTopic, s.o.PositionKey)
+		if err != nil {
+			return bridge.Position{}, false, err
+		}
+		s.reader = r
+	}
+	return s.reader.read(ctx)
+}
+
+// TakeOver makes the async producer. A transactional one is initialised
+// (InitProducerId): Kafka fences every older producer with the same
+// transactional id, and completes or aborts its open transaction.
+func (s *saramaProducer) TakeOver(ctx context.Context) error {
+	if s.p != nil {
+		return errors.New("kafka producer: taken over already")
+	}
+	making := s.conn.making
+	select {
+	case making <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	type result struct {
+		p   sarama.AsyncProducer
+		err error
+	}
+	ch := make(chan result, 1)
+	cfg := SaramaConfig(s.o)
+	meter := newMeteredDialer(cfg.Net.DialTimeout, cfg.Net.KeepAlive)
+	cfg.Net.Proxy.Enable, cfg.Net.Proxy.Dialer = true, meter
+	go func() {
+		p, err := sarama.NewAsyncProducer(s.o.Brokers, cfg)
+		<-making
+		ch <- result{p, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return explainError(r.err, s.o)
+		}
+		s.p, s.moved = r.p, meter.moved
+		return nil
+	case <-ctx.Done():
+		go func() { // do not leak a producer made after we gave up
+			if r := <-ch; r.err == nil {
+				r.p.Close()
+			}
+		}()
+		return ctx.Err()
+	}
 }
 
 func (s *saramaProducer) bytes(v string) []byte {
@@ -171,12 +295,18 @@ func (s *saramaProducer) bytes(v string) []byte {
 	return b
 }
 
-var _ bridge.Producer = (*saramaProducer)(nil)
+var (
+	_ bridge.Producer = (*saramaProducer)(nil)
+	_ bridge.Warner   = (*saramaProducer)(nil)
+)
 
 // Send pushes the batch and waits for every record's acknowledgement. It
 // feeds the input and drains results in one loop, so a batch larger than
 // sarama's channel buffers cannot deadlock.
 func (s *saramaProducer) Send(ctx context.Context, batch []bridge.Record, pos bridge.Position) error {
+	if s.p == nil {
+		return errors.New("kafka producer: Send before TakeOver")
+	}
 	if s.o.TransactionalID != "" {
 		return s.sendTxn(ctx, batch, pos)
 	}
@@ -190,7 +320,7 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 	if err := s.p.BeginTxn(); err != nil {
 		return s.txnError("begin transaction", err)
 	}
-	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, pos)})
+	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, s.conn.host, pos)})
 	if err := s.send(ctx, all); err != nil {
 		if s.p.TxnStatus()&sarama.ProducerTxnFlagAbortableError != 0 {
 			s.p.AbortTxn()
@@ -340,8 +470,13 @@ func refusedForGood(err error) string {
 	}[ke]
 }
 
-// Close stops the producer, waiting at most two seconds for it to flush.
+// Close stops the producer, waiting at most two seconds for it to flush,
+// and the client.
 func (s *saramaProducer) Close() error {
+	defer s.client.Close()
+	if s.p == nil {
+		return nil
+	}
 	done := make(chan error, 1)
 	go func() { done <- s.p.Close() }()
 	select {
@@ -350,63 +485,4 @@ func (s *saramaProducer) Close() error {
 	case <-time.After(2 * time.Second):
 		return errors.New("close kafka producer: timed out; in-flight records will be sent again")
 	}
-}
-
-type positionRecord struct {
-	Gateway  string `json:"gateway"`
-	Queue    string `json:"queue"`
-	Position uint64 `json:"position"`
-}
-
-func encodePosition(gateway string, p bridge.Position) []byte {
-	b, _ := json.Marshal(positionRecord{Gateway: gateway, Queue: p.Queue, Position: p.Next})
-	return b
-}
-
-// Delivered reads the newest committed position record for this gateway
-// from the offsets topic (read_committed). The producer has already been
-// initialised, which fenced any older producer with the same transactional
-// id and aborted its open transaction, so the partition's end is stable.
-func (s *saramaProducer) Delivered(ctx context.Context) (bridge.Position, bool, error) {
-	if s.o.TransactionalID == "" {
-		return bridge.Position{}, false, nil
-	}
-	cfg := SaramaConfig(s.o)
-	cfg.Consumer.IsolationLevel = sarama.ReadCommitted
-	cfg.Consumer.Return.Errors = true
-	client, err := sarama.NewClient(s.o.Brokers, cfg)
-	if err != nil {
-		return bridge.Position{}, false, explainError(err, s.o)
-	}
-	defer client.Close()
-	parts, err := client.Partitions(s.o.OffsetsTopic)
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	part, err := sarama.NewHashPartitioner(s.o.OffsetsTopic).Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder(s.o.PositionKey)}, int32(len(parts)))
-	if err != nil {
-		return bridge.Position{}, false, err
-	}
-	// Committed data ends before the partition's end (transaction markers
-	// take offsets too), so reading stops at the end or when nothing more
-	// comes for 250 ms.
-	var pos bridge.Position
-	found := false
-	err = Read(ctx, client, ReadOptions{Topic: s.o.OffsetsTopic, Partitions: []int32{parts[part]}, ToEnd: true, Idle: 250 * time.Millisecond},
-		func(m *sarama.ConsumerMessage) error {
-			if string(m.Key) == s.o.PositionKey {
-				var pr positionRecord
-				if json.Unmarshal(m.Value, &pr) == nil {
-					pos, found = bridge.Position{Queue: pr.Queue, Next: pr.Position}, true
-				}
-			}
-			return nil
-		})
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return bridge.Position{}, false, fmt.Errorf("offsets topic %s: %w", s.o.OffsetsTopic, err)
-	}
-	return pos, found, nil
 }

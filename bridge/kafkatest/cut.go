@@ -107,7 +107,7 @@ func (c *cutConn) Write(b []byte) (int, error) {
 func StartWithLink(t testing.TB, partitions int32, topics ...string) (*Link, *kfake.Cluster, []string) {
 	t.Helper()
 	link := &Link{conns: map[net.Conn]bool{}}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
+	c, err := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.ListenFn(func(network, address string) (net.Listener, error) {
 			ln, err := net.Listen(network, address)
 			if err != nil {
@@ -119,5 +119,6 @@ func StartWithLink(t testing.TB, partitions int32, topics ...string) (*Link, *kf
 		t.Fatalf("start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	CreateTopics(t, c, partitions, topics...)
 	return link, c, c.ListenAddrs()
 }

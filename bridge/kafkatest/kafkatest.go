@@ -7,6 +7,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func Start(t testing.TB, partitions int32, topics ...string) (*kfake.Cluster, []
 // StartOnPort is Start on a given port (0 for any).
 func StartOnPort(t testing.TB, port int, partitions int32, topics ...string) (*kfake.Cluster, []string) {
 	t.Helper()
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...)}
+	opts := []kfake.Opt{kfake.NumBrokers(1)}
 	if port != 0 {
 		opts = append(opts, kfake.Ports(port))
 	}
@@ -36,7 +37,25 @@ func StartOnPort(t testing.TB, port int, partitions int32, topics ...string) (*k
 		t.Fatalf("start kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
+	CreateTopics(t, c, partitions, topics...)
 	return c, c.ListenAddrs()
+}
+
+// CreateTopics creates the topics, each with the given number of
+// partitions. A topic whose name ends in ".offsets" holds delivered
+// positions and is created as a deployment creates it: compacted
+// (kafka.OffsetsTopicConfig); the gateway refuses one that is not.
+func CreateTopics(t testing.TB, c *kfake.Cluster, partitions int32, topics ...string) {
+	t.Helper()
+	for _, topic := range topics {
+		var cfg map[string]string
+		if strings.HasSuffix(topic, ".offsets") {
+			cfg = kafka.OffsetsTopicConfig
+		}
+		if err := c.CreateTopic(topic, partitions, cfg); err != nil {
+			t.Fatalf("create topic %s: %v", topic, err)
+		}
+	}
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -115,4 +134,30 @@ func ConsumeWith(cfg *sarama.Config, brokers []string, topic string, want int, t
 		return msgs, context.DeadlineExceeded
 	}
 	return msgs, nil
+}
+
+// OpenTxn begins a transaction of another transactional producer that
+// writes one record (key, value) to topic and leaves it open until the
+// test ends, as a producer that lost power mid-transaction would until
+// Kafka's transaction timeout aborts it. The topic's partitions then have
+// a last stable offset below their end.
+func OpenTxn(t testing.TB, brokers []string, topic, key, value string) {
+	t.Helper()
+	cfg := kafka.SaramaConfig(kafka.Options{ClientID: "open-txn", TransactionalID: "open-txn-" + key})
+	p, err := sarama.NewAsyncProducer(brokers, cfg)
+	if err != nil {
+		t.Fatalf("open transaction: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.BeginTxn(); err != nil {
+		t.Fatalf("open transaction: %v", err)
+	}
+	p.Input() <- &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.StringEncoder(value)}
+	select {
+	case <-p.Successes():
+	case perr := <-p.Errors():
+		t.Fatalf("open transaction: %v", perr.Err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("open transaction: no answer from kafka")
+	}
 }

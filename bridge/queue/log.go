@@ -523,6 +523,10 @@ func MkdirDurable(dir string) error {
 	return nil
 }
 
+// SyncDir makes the entries of dir durable (an fsync of the directory):
+// after creating, renaming or removing a file in it.
+func SyncDir(dir string) error { return syncDir(dir) }
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

@@ -72,11 +72,14 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
 
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic, cfg.Kafka.OffsetsTopic))
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic))
 	if err != nil {
 		return fmt.Errorf("start in-process kafka: %w", err)
 	}
 	defer cluster.Close()
+	if err := cluster.CreateTopic(cfg.Kafka.OffsetsTopic, 3, kafka.OffsetsTopicConfig); err != nil {
+		return fmt.Errorf("start in-process kafka: %w", err)
+	}
 	cfg.Kafka.Brokers = cluster.ListenAddrs()
 	if err := cfg.Validate(); err != nil {
 		return err

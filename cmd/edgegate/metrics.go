@@ -61,6 +61,8 @@ var (
 	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
 	mConnects     = desc("kafka_connects_total", "Successful connections to Kafka.")
 	mSendErrors   = desc("kafka_send_errors_total", "Failed batch sends (each followed by a reconnect).")
+	mPosErrors    = desc("kafka_position_errors_total", "Reads of the delivered position from the offsets topic that failed or timed out (each followed by a reconnect; never taken for \"nothing delivered\").")
+	mKafkaWarns   = desc("kafka_config_warnings", "Kafka settings found at the last connection that put delivery at risk (unclean leader election, min.insync.replicas below 2, settings not checkable); listed in /api/status.")
 	mJournalBytes = desc("journal_bytes", "Bytes of the ingest journal on disk.")
 	mCPFailures   = desc("checkpoint_failures_total", "Checkpoints that could not be written.")
 	mReplayed     = desc("journal_replayed_events", "Journal events replayed at the last start.")
@@ -95,7 +97,7 @@ var (
 func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
 		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
-		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
+		mConnects, mSendErrors, mPosErrors, mKafkaWarns, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors,
 		mSpNodes, mSpDevices, mSpMessages, mSpReadings, mSpHist, mSpRebirths, mSpProblems, mSpDeaths, mSpIgnored} {
 		ch <- d
@@ -160,6 +162,8 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mLinkUp, b2f(f.LinkUp))
 	counter(mConnects, float64(f.Connects))
 	counter(mSendErrors, float64(f.SendErrors))
+	counter(mPosErrors, float64(f.PositionErrors))
+	gauge(mKafkaWarns, float64(len(f.KafkaWarnings)))
 	gauge(mJournalBytes, float64(g.Journal.Bytes))
 	counter(mCPFailures, float64(g.Journal.CheckpointFailures))
 	gauge(mReplayed, float64(g.Journal.Replayed))

@@ -129,6 +129,8 @@ func TestMetrics(t *testing.T) {
 		`edgegate_queue_oldest_age_seconds `,
 		`edgegate_kafka_batches_total `,
 		`edgegate_kafka_refused_total 0`,
+		`edgegate_kafka_position_errors_total 0`,
+		`edgegate_kafka_config_warnings 0`,
 		`edgegate_kafka_batch_bytes `,
 		`edgegate_kafka_refused_dropped_total 0`,
 		`edgegate_kafka_refused_bytes `,

@@ -37,16 +37,36 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	log.Info("edgegate starting", "version", version, "gateway", cfg.Gateway.ID, "mqtt", cfg.MQTT.Listen,
+	// The data directory is locked before the gateway id is settled: the
+	// id may be stored there.
+	lock, err := gateway.LockDataDir(cfg.Gateway.DataDir)
+	if err != nil {
+		return err
+	}
+	id, err := cfg.ResolveGatewayID()
+	if err != nil {
+		lock.Close()
+		return err
+	}
+	log.Info("edgegate starting", "version", version, "gateway", cfg.Gateway.ID, "gateway_id_from", id.From, "mqtt", cfg.MQTT.Listen,
 		"kafka", cfg.Kafka.Brokers, "window", cfg.Aggregate.Window.D().String())
+	switch {
+	case id.Was != "":
+		log.Warn("gateway.id changed: this data directory was used as another gateway; what it queued before keeps the old id, and Kafka's position under the old id is not carried over",
+			"gateway", id.ID, "was", id.Was, "file", id.File)
+	case id.From == "generated":
+		log.Info("gateway.id is not set: made one for this gateway, kept in its data directory", "gateway", id.ID, "file", id.File)
+	}
 	for _, w := range cfg.Warnings() {
 		log.Warn("insecure configuration: " + w)
 	}
 	ko, err := kafkaOptions(cfg, cfg.Kafka.ClientID)
 	if err != nil {
+		lock.Close()
 		return err
 	}
-	p, err := newPipeline(cfg, log, kafka.NewConnector(ko), time.Now)
+	ko.Logger = log.With("component", "kafka")
+	p, err := newLockedPipeline(cfg, log, lock, kafka.NewConnector(ko), time.Now)
 	if err != nil {
 		return err
 	}
@@ -81,7 +101,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 // reading the TLS files and the SASL password.
 func kafkaOptions(cfg *configs.Config, clientID string) (kafka.Options, error) {
 	o := kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: clientID, MaxRecordBytes: int(cfg.Kafka.MaxRecordBytes),
-		StallTimeout: cfg.Kafka.StallTimeout.D()}
+		StallTimeout: cfg.Kafka.StallTimeout.D(), DataTopics: []string{cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic}}
 	if cfg.Kafka.ExactlyOnce {
 		o.TransactionalID = cfg.TransactionalID()
 		o.OffsetsTopic = cfg.Kafka.OffsetsTopic
@@ -143,14 +163,22 @@ func storageWritable(dir string) error {
 	return nil
 }
 
+// newPipeline locks the data directory and makes the pipeline;
+// cfg.Gateway.ID must be set.
 func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
-	policy := bridge.Backpressure
-	if cfg.Storage.FullPolicy == "drop_oldest" {
-		policy = bridge.DropOldest
-	}
 	lock, err := gateway.LockDataDir(cfg.Gateway.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	return newLockedPipeline(cfg, log, lock, connect, now)
+}
+
+// newLockedPipeline makes the pipeline on a locked data directory; the
+// pipeline releases the lock (lock is closed if it fails).
+func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
+	policy := bridge.Backpressure
+	if cfg.Storage.FullPolicy == "drop_oldest" {
+		policy = bridge.DropOldest
 	}
 	fwd, err := bridge.NewForwarder(bridge.Options{
 		Gateway:         cfg.Gateway.ID,
@@ -203,7 +231,9 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 
 	// A failed outbound queue (disk error) stops the gateway: nothing more
-	// may be acknowledged.
+	// may be acknowledged. So does delivery stopped for good (another
+	// gateway with this gateway's id: fenced, or Kafka's position is not
+	// this queue's).
 	gctx, gcancel := context.WithCancel(ctx)
 	defer gcancel()
 	gwDone := make(chan error, 1)
@@ -214,7 +244,7 @@ func (p *pipeline) run(ctx context.Context) error {
 		fcancel()
 		fwdErr = <-fwdDone
 	case fwdErr = <-fwdDone:
-		p.log.Error("outbound queue failed; stopping", "err", fwdErr)
+		p.log.Error("delivery stopped for good; stopping", "err", fwdErr)
 		gcancel()
 		gwErr = <-gwDone
 	}

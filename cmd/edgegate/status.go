@@ -91,6 +91,12 @@ func printStatus(w io.Writer, st status) {
 	}
 	row("kafka", "link %s, %d records queued (%.1f MiB, oldest %s), %d delivered in %d batches, %d dropped, %d lost, %d refused (set aside), %d connects, %d send errors",
 		link, k.Queued, float64(k.QueueBytes)/(1<<20), k.OldestAge, k.Delivered, k.Batches, k.Dropped, k.Lost, k.Refused, k.Connects, k.SendErrors)
+	if k.LinkError != "" {
+		row("", "link down: %s", k.LinkError)
+	}
+	for _, w := range k.KafkaWarnings {
+		row("warning", "%s", w)
+	}
 	h := m.Journal.FsyncLatency
 	avg := 0.0
 	if h.Count > 0 {
