@@ -9,7 +9,7 @@ CMDS    := edgegate edgesim edgecat devkafka
 # dependencies stay out of the module graph of everyone who imports ours.
 TOOL    := $(GO) tool -modfile=tools/go.mod
 
-.PHONY: help build demo test lint check bench fuzz cross deb e2e crash-long clean
+.PHONY: help build demo test lint check bench bench-footprint bench-footprint-short fuzz cross deb e2e crash-long clean
 
 help:
 	@echo "make demo    first run: in-process Kafka, the gateway and a simulated fleet"
@@ -20,6 +20,9 @@ help:
 	@echo "             20 SIGKILL cycles under QoS 1 load, then an exact check in Kafka"
 	@echo "make crash-long  the same crash loop with 200 cycles"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
+	@echo "make bench-footprint  mosquitto, plain mochi and edgegate on the same loads: CPU per reading,"
+	@echo "             peak and idle RSS, PUBACK p50/p99, with ratios (about 10 min; needs mosquitto)"
+	@echo "make bench-footprint-short  the same, one round of short runs (under a minute)"
 	@echo "make fuzz    fuzz the payload decoder, the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
@@ -54,6 +57,20 @@ BENCHTIME ?= 1s
 COUNT     ?= 1
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./aggregate ./gateway/... ./bridge/...
+
+# mosquitto (apt-get install -y mosquitto), a plain mochi broker and
+# edgegate, one after another on the same loads from edgesim in its own
+# process (cmd/footprint). The brokers' files go under $(DIST)/bench, on
+# this disk rather than a tmpfs, so that edgegate's fsyncs cost what they
+# do. FOOTPRINT_FLAGS passes flags (footprint -h lists them).
+FOOTPRINT_FLAGS ?=
+bench-footprint:
+	@mkdir -p $(DIST)/bench
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgegate ./cmd/edgesim ./cmd/devkafka ./cmd/footprint
+	$(DIST)/bench/footprint -dir $(DIST)/bench $(FOOTPRINT_FLAGS)
+
+bench-footprint-short:
+	$(MAKE) bench-footprint FOOTPRINT_FLAGS="-short $(FOOTPRINT_FLAGS)"
 
 FUZZTIME ?= 60s
 fuzz:
