@@ -47,12 +47,31 @@ var importRules = []importRule{
 		deny: []string{"gateway/...", "bridge/...", "aggregate/...", "devices/...", saramaTree}},
 }
 
+// binaryRules keep what the gateway's binary links small: each was
+// megabytes of the ARM binary (see README, "What an ARM build contains").
+var binaryRules = []importRule{
+	{name: "cmd/edgegate: not the Prometheus client library, nor protobuf (/metrics is written in exposition.go)", pkgs: "cmd/edgegate",
+		deny: []string{"github.com/prometheus/...", "google.golang.org/protobuf/..."}},
+}
+
 // TestDependencyDirection checks every package of the trees the rules
 // name against the rules, over the import graph go list -deps prints.
 func TestDependencyDirection(t *testing.T) {
+	checkImports(t, nil, importRules, "./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+}
+
+// TestBinaryDependencies checks what the gateway's binary links.
+func TestBinaryDependencies(t *testing.T) {
+	checkImports(t, nil, binaryRules, "./cmd/edgegate")
+}
+
+// checkImports checks the packages that patterns name against rules, with
+// the go command's arguments before the patterns given in flags.
+func checkImports(t *testing.T, flags []string, rules []importRule, patterns ...string) {
+	t.Helper()
 	const mod = "github.com/edgegate/edgegate"
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}",
-		"./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}"}, flags...)
+	cmd := exec.Command("go", append(args, patterns...)...)
 	cmd.Dir = "../.."
 	out, err := cmd.Output()
 	if err != nil {
@@ -98,7 +117,7 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		return false
 	}
-	for _, r := range importRules {
+	for _, r := range rules {
 		applied := false
 		for _, pkg := range listed {
 			if !match(r.pkgs, abs(pkg)) {
