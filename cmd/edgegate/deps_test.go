@@ -52,6 +52,9 @@ var importRules = []importRule{
 var binaryRules = []importRule{
 	{name: "cmd/edgegate: not the Prometheus client library, nor protobuf (/metrics is written in exposition.go)", pkgs: "cmd/edgegate",
 		deny: []string{"github.com/prometheus/...", "google.golang.org/protobuf/..."}},
+	{name: "cmd/edgegate: of periph's host drivers only the Linux ones (sysfs for /dev/i2c-N, gpioioctl), not every board's", pkgs: "cmd/edgegate",
+		deny:  []string{"periph.io/x/host/v3/..."},
+		allow: []string{"periph.io/x/host/v3/sysfs", "periph.io/x/host/v3/gpioioctl", "periph.io/x/host/v3/fs"}},
 }
 
 // TestDependencyDirection checks every package of the trees the rules
