@@ -5,6 +5,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
 CMDS    := edgegate edgesim edgecat devkafka
+# Release builds for ARM gateways (make cross, and so make deb's armhf and
+# arm64 packages) leave out what a gateway never runs: nodemo leaves out
+# `edgegate demo` (kfake, a second Kafka client stack, the simulator's MQTT
+# clients). make build, make demo and go run keep everything.
+RELEASE_TAGS := nodemo
 # staticcheck and nfpm have their own module (tools/go.mod), so that their
 # dependencies stay out of the module graph of everyone who imports ours.
 TOOL    := $(GO) tool -modfile=tools/go.mod
@@ -48,8 +53,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
+	$(GO) vet -tags $(RELEASE_TAGS) ./cmd/edgegate
 	$(TOOL) staticcheck ./...
 	$(TOOL) staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
+	$(TOOL) staticcheck -tags $(RELEASE_TAGS) ./cmd/edgegate
 
 check: lint test
 
@@ -59,14 +66,16 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./aggregate ./gateway/... ./bridge/...
 
 # mosquitto (apt-get install -y mosquitto), a plain mochi broker and
-# edgegate, one after another on the same loads from edgesim in its own
-# process (cmd/footprint). The brokers' files go under $(DIST)/bench, on
-# this disk rather than a tmpfs, so that edgegate's fsyncs cost what they
-# do. FOOTPRINT_FLAGS passes flags (footprint -h lists them).
+# edgegate (built as released, with RELEASE_TAGS), one after another on the
+# same loads from edgesim in its own process (cmd/footprint). The brokers'
+# files go under $(DIST)/bench, on this disk rather than a tmpfs, so that
+# edgegate's fsyncs cost what they do. FOOTPRINT_FLAGS passes flags
+# (footprint -h lists them).
 FOOTPRINT_FLAGS ?=
 bench-footprint:
 	@mkdir -p $(DIST)/bench
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgegate ./cmd/edgesim ./cmd/devkafka ./cmd/footprint
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgegate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgesim ./cmd/devkafka ./cmd/footprint
 	$(DIST)/bench/footprint -dir $(DIST)/bench $(FOOTPRINT_FLAGS)
 
 bench-footprint-short:
@@ -80,9 +89,9 @@ fuzz:
 
 cross:
 	@mkdir -p $(DIST)
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv6 ./cmd/edgegate
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv7 ./cmd/edgegate
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-arm64 ./cmd/edgegate
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv6 ./cmd/edgegate
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv7 ./cmd/edgegate
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-arm64 ./cmd/edgegate
 	@ls -l $(DIST)/edgegate-linux-* | awk '{printf "%-32s %6.1f MiB\n", $$9, $$5/1048576}'
 
 # Debian packages: armhf (the ARMv6 build, which Raspberry Pi OS's armhf

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -60,22 +61,23 @@ var binaryRules = []importRule{
 // TestDependencyDirection checks every package of the trees the rules
 // name against the rules, over the import graph go list -deps prints.
 func TestDependencyDirection(t *testing.T) {
-	checkImports(t, nil, importRules, "./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+	checkImports(t, nil, nil, importRules, "./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
 }
 
 // TestBinaryDependencies checks what the gateway's binary links.
 func TestBinaryDependencies(t *testing.T) {
-	checkImports(t, nil, binaryRules, "./cmd/edgegate")
+	checkImports(t, nil, nil, binaryRules, "./cmd/edgegate")
 }
 
 // checkImports checks the packages that patterns name against rules, with
-// the go command's arguments before the patterns given in flags.
-func checkImports(t *testing.T, flags []string, rules []importRule, patterns ...string) {
+// env added to the go command's environment and flags before the patterns.
+func checkImports(t *testing.T, env, flags []string, rules []importRule, patterns ...string) {
 	t.Helper()
 	const mod = "github.com/edgegate/edgegate"
 	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}"}, flags...)
 	cmd := exec.Command("go", append(args, patterns...)...)
 	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError
