@@ -499,7 +499,7 @@ func (b *bench) print(w io.Writer, took time.Duration) {
 		{label: "PUBACK p99, " + thousands(s.latency.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p99Lat }},
 		{label: "achieved, " + thousands(s.latency.offered()) + " readings/s offered", unit: "readings/s", digits: 0, get: func(m measure) float64 { return m.rateLat }},
 	}
-	fmt.Fprintf(w, "footprint: %d round(s), brokers alternating for every measurement; medians, and in brackets the median of the per-round ratios to %s\n",
+	fmt.Fprintf(w, "footprint: %d round(s), brokers alternating for every measurement; medians, and in brackets the median of the per-round ratios to %s (of an even number, the geometric mean of the middle two)\n",
 		s.rounds, b.brokers[0].name())
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s; took %s\n\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second))
 	printTable(w, b.names(), headers, b.results, rows)

@@ -60,6 +60,18 @@ func median(xs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
+// medianRatio is median for ratios: of an even count, the geometric mean
+// of the middle two, so that 4× and 0.25× make 1×, not 2.1×.
+func medianRatio(xs []float64) float64 {
+	if len(xs) == 0 || len(xs)%2 == 1 {
+		return median(xs)
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	return math.Sqrt(s[n/2-1] * s[n/2])
+}
+
 // cell is a broker's figure in a row: the median over the rounds, and
 // the median of its per-round ratios to the reference broker's figure
 // (the rounds pair the brokers measured side by side).
@@ -74,7 +86,7 @@ func cell(r row, rounds []measure, ref []measure) (value, ratio float64) {
 			}
 		}
 	}
-	return median(vs), median(rs)
+	return median(vs), medianRatio(rs)
 }
 
 // latencyCap is where edgesim's PUBACK histogram ends: a quantile there

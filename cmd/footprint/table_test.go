@@ -38,6 +38,10 @@ func TestCellRatiosPerRound(t *testing.T) {
 	if v != 30 || ratio != 1.5 {
 		t.Errorf("cell = %v (%v×), want 30 (1.5×)", v, ratio)
 	}
+	// Of two rounds, the geometric mean of the ratios: 4× and 0.25× are 1×.
+	if v, ratio := cell(r, []measure{{cpuPerReading: 40}, {cpuPerReading: 5}}, []measure{{cpuPerReading: 10}, {cpuPerReading: 20}}); v != 22.5 || ratio != 1 {
+		t.Errorf("two rounds: cell = %v (%v×), want 22.5 (1×)", v, ratio)
+	}
 	if _, ratio := cell(r, b, []measure{{}, {}, {}}); !math.IsNaN(ratio) {
 		t.Errorf("ratio to zeros = %v, want none", ratio)
 	}
@@ -55,9 +59,10 @@ func TestPrintTable(t *testing.T) {
 	}
 	var out strings.Builder
 	printTable(&out, []string{"a", "b"}, []string{"A 1.0", "B 2.0"}, results, rows)
+	// The ratios are 2.5 and 2: their geometric mean is √5.
 	want := `| | A 1.0 | B 2.0 |
 |---|---|---|
-| CPU | 11.0 µs | 24.5 µs (2.25×) |
+| CPU | 11.0 µs | 24.5 µs (2.24×) |
 | p99 | 3.0 ms | ≥ 100 ms |
 | count | 12,346 readings/s | 12,346 readings/s |
 `
