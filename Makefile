@@ -8,8 +8,10 @@ CMDS    := edgegate edgesim edgecat devkafka
 # Release builds for ARM gateways (make cross, and so make deb's armhf and
 # arm64 packages) leave out what a gateway never runs: nodemo leaves out
 # `edgegate demo` (kfake, a second Kafka client stack, the simulator's MQTT
-# clients). make build, make demo and go run keep everything.
-RELEASE_TAGS := nodemo
+# clients); nethttpomithttp2 leaves out net/http's HTTP/2, which nothing
+# uses (the HTTP endpoint and WebSocket listener speak HTTP/1.1). make
+# build, make demo and go run keep everything.
+RELEASE_TAGS := nodemo,nethttpomithttp2
 # staticcheck and nfpm have their own module (tools/go.mod), so that their
 # dependencies stay out of the module graph of everyone who imports ours.
 TOOL    := $(GO) tool -modfile=tools/go.mod
