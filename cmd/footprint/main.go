@@ -251,6 +251,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	} else if root, err = os.MkdirTemp(root, "footprint-"); err != nil {
 		return fmt.Errorf("-dir: %w", err)
 	}
+	// The brokers run in their own directories: their paths must not be
+	// relative to this one.
+	if root, err = filepath.Abs(root); err != nil {
+		return fmt.Errorf("-dir: %w", err)
+	}
 	if !*keep {
 		defer os.RemoveAll(root)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,8 +46,14 @@ func TestBenchOnTinyLoads(t *testing.T) {
 	} else {
 		t.Log("mosquitto not installed (apt-get install -y mosquitto): comparing mochi and edgegate only")
 	}
+	// A relative -dir, as make bench-footprint gives.
+	cwd, _ := os.Getwd()
+	work, err := filepath.Rel(cwd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out, errb strings.Builder
-	code := runMain(context.Background(), []string{"-bin", bin, "-dir", t.TempDir(), "-brokers", strings.Join(brokers, ","), "-rounds", "2",
+	code := runMain(context.Background(), []string{"-bin", bin, "-dir", work, "-brokers", strings.Join(brokers, ","), "-rounds", "2",
 		"-cpu-devices", "4", "-cpu-metrics", "2", "-cpu-rate", "20", "-cpu-readings", "80",
 		"-devices", "20", "-metrics", "2", "-memory-rate", "5", "-memory-duration", "1s",
 		"-latency-rate", "10", "-latency-duration", "1s", "-idle-settle", "100ms"}, &out, &errb)
