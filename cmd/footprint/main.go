@@ -27,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -109,6 +110,7 @@ type settings struct {
 	memory     loadSpec // idle RSS before it starts, peak RSS, PUBACK at its rate
 	latency    loadSpec // PUBACK at a higher rate
 	idleSettle time.Duration
+	runs       map[string]bool // which of memory, cpu and latency to make; all by default
 }
 
 // defaults are the issue's loads: CPU on 50 devices × 2 metrics at 100
@@ -144,6 +146,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	binDir := fs.String("bin", "", "directory holding edgegate, edgesim and devkafka (default: this program's)")
 	mosqBin := fs.String("mosquitto", "mosquitto", "the mosquitto broker (apt-get install -y mosquitto)")
 	brokerList := fs.String("brokers", "mosquitto,mochi,edgegate", "brokers to compare, in order; ratios are to the first")
+	runList := fs.String("runs", "memory,cpu,latency", "runs to make: memory (idle and peak RSS, PUBACK at its rate), cpu, latency")
 	workDir := fs.String("dir", "", "where the brokers' files go, on the disk to measure (default: a new directory in $TMPDIR)")
 	keep := fs.Bool("keep", false, "keep the brokers' files and logs")
 	rounds := fs.Int("rounds", 0, "rounds (default 2; 1 with -short)")
@@ -200,6 +203,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	setF(&s.latency.rate, *latRate)
 	setD(&s.latency.duration, *latDuration)
 	setD(&s.idleSettle, *idleSettle)
+	s.runs = map[string]bool{}
+	for _, r := range strings.Split(*runList, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case "memory", "cpu", "latency":
+			s.runs[r] = true
+		default:
+			return usageError{fmt.Errorf("-runs: unknown run %q; use memory, cpu and latency, comma-separated", r)}
+		}
+	}
 	if err := s.validate(); err != nil {
 		return usageError{err}
 	}
@@ -323,6 +335,9 @@ func (b *bench) run(ctx context.Context) error {
 	for round := 1; round <= b.s.rounds; round++ {
 		ms := make([]measure, len(b.brokers))
 		for _, ph := range phases {
+			if !b.s.runs[ph.name] {
+				continue
+			}
 			for i, br := range b.brokers {
 				dir := filepath.Join(b.root, fmt.Sprintf("r%d-%s-%s", round, ph.name, br.name()))
 				if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -495,18 +510,19 @@ func (b *bench) print(w io.Writer, took time.Duration) {
 		headers = append(headers, br.version())
 	}
 	rows := []row{
-		{label: "CPU per reading, " + s.cpu.String(), unit: "µs", digits: 1, ratio: true, get: func(m measure) float64 { return m.cpuPerReading }},
-		{label: "peak RSS, " + s.memory.String(), unit: "MiB", digits: 1, ratio: true, get: func(m measure) float64 { return m.peakRSS }},
-		{label: "idle RSS, " + thousands(float64(s.memory.devices)) + " devices connected", unit: "MiB", digits: 1, ratio: true, get: func(m measure) float64 { return m.idleRSS }},
-		{label: "PUBACK p50, " + thousands(s.memory.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p50Mem }},
-		{label: "PUBACK p99, " + thousands(s.memory.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p99Mem }},
-		{label: "PUBACK p50, " + thousands(s.latency.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p50Lat }},
-		{label: "PUBACK p99, " + thousands(s.latency.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p99Lat }},
-		{label: "achieved, " + thousands(s.latency.offered()) + " readings/s offered", unit: "readings/s", digits: 0, get: func(m measure) float64 { return m.rateLat }},
+		{run: "cpu", label: "CPU per reading, " + s.cpu.String(), unit: "µs", digits: 1, ratio: true, get: func(m measure) float64 { return m.cpuPerReading }},
+		{run: "memory", label: "peak RSS, " + s.memory.String(), unit: "MiB", digits: 1, ratio: true, get: func(m measure) float64 { return m.peakRSS }},
+		{run: "memory", label: "idle RSS, " + thousands(float64(s.memory.devices)) + " devices connected", unit: "MiB", digits: 1, ratio: true, get: func(m measure) float64 { return m.idleRSS }},
+		{run: "memory", label: "PUBACK p50, " + thousands(s.memory.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p50Mem }},
+		{run: "memory", label: "PUBACK p99, " + thousands(s.memory.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p99Mem }},
+		{run: "latency", label: "PUBACK p50, " + thousands(s.latency.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p50Lat }},
+		{run: "latency", label: "PUBACK p99, " + thousands(s.latency.offered()) + " readings/s offered", unit: "ms", ratio: true, ms: true, get: func(m measure) float64 { return m.p99Lat }},
+		{run: "latency", label: "achieved, " + thousands(s.latency.offered()) + " readings/s offered", unit: "readings/s", digits: 0, get: func(m measure) float64 { return m.rateLat }},
 	}
 	fmt.Fprintf(w, "footprint: %d round(s), brokers alternating for every measurement; medians, and in brackets the median of the per-round ratios to %s (of an even number, the geometric mean of the middle two)\n",
 		s.rounds, b.brokers[0].name())
 	fmt.Fprintf(w, "machine: %d CPUs, %s/%s; took %s\n\n", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second))
+	rows = slices.DeleteFunc(rows, func(r row) bool { return !s.runs[r.run] })
 	printTable(w, b.names(), headers, b.results, rows)
 	fmt.Fprintf(w, `
 Loads: edgesim in its own process on the same machine, MQTT 5, QoS 1, a bare number per publication (one reading), each device publishing one at a time; the PUBACK time is the client's, to 0.1 ms, up to 100 ms. Where fewer readings/s are achieved than offered, the load generator (sharing the machine) or the broker is the limit.

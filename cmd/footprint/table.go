@@ -27,6 +27,7 @@ type measure struct {
 
 // row is one line of the table: a quantity measured of every broker.
 type row struct {
+	run    string // the run that measures it: memory, cpu or latency
 	label  string
 	unit   string
 	digits int

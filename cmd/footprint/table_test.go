@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -93,5 +94,27 @@ func TestLoadSpec(t *testing.T) {
 	}
 	if s := (loadSpec{devices: 1000, metrics: 10, rate: 1, duration: 70 * time.Second}).String(); s != "1,000 devices × 10 metrics × 1/s, 1m10s" {
 		t.Errorf("String() = %q", s)
+	}
+}
+
+// TestFlagErrors: bad flags are refused before anything starts, naming
+// the fix.
+func TestFlagErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"unknown run":      {[]string{"-runs", "memory,disk"}, `-runs: unknown run "disk"; use memory, cpu and latency, comma-separated`},
+		"readings":         {[]string{"-cpu-readings", "101"}, "-cpu-readings 101: need a multiple of -cpu-devices × -cpu-metrics (100)"},
+		"rounds":           {[]string{"-rounds", "-1"}, "-rounds must be >= 1"},
+		"argument":         {[]string{"now"}, `unexpected argument "now"`},
+		"no binaries here": {[]string{"-bin", t.TempDir()}, "edgesim not found in "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out, errb strings.Builder
+			if code := runMain(context.Background(), tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("exit %d, %q; want 2 and %q", code, errb.String(), tc.want)
+			}
+		})
 	}
 }
