@@ -5,11 +5,18 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 DIST    := dist
 CMDS    := edgegate edgesim edgecat devkafka
+# Release builds for ARM gateways (make cross, and so make deb's armhf and
+# arm64 packages) leave out what a gateway never runs: nodemo leaves out
+# `edgegate demo` (kfake, a second Kafka client stack, the simulator's MQTT
+# clients); nethttpomithttp2 leaves out net/http's HTTP/2, which nothing
+# uses (the HTTP endpoint and WebSocket listener speak HTTP/1.1). make
+# build, make demo and go run keep everything.
+RELEASE_TAGS := nodemo,nethttpomithttp2
 # staticcheck and nfpm have their own module (tools/go.mod), so that their
 # dependencies stay out of the module graph of everyone who imports ours.
 TOOL    := $(GO) tool -modfile=tools/go.mod
 
-.PHONY: help build demo test lint check bench fuzz cross deb e2e crash-long clean
+.PHONY: help build demo test lint check bench bench-footprint bench-footprint-short fuzz cross deb e2e crash-long clean
 
 help:
 	@echo "make demo    first run: in-process Kafka, the gateway and a simulated fleet"
@@ -21,8 +28,12 @@ help:
 	@echo "             under QoS 1 and 2 load, each then checked exactly in Kafka"
 	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
+	@echo "make bench-footprint  mosquitto, plain mochi and edgegate on the same loads: CPU per reading,"
+	@echo "             peak and idle RSS, PUBACK p50/p99, with ratios (about 10 min; needs mosquitto)"
+	@echo "make bench-footprint-short  the same, one round of short runs (under a minute)"
 	@echo "make fuzz    fuzz the payload decoders (JSON, Sparkplug B), the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
-	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
+	@echo "make cross   static stripped release binaries for linux arm v6, arm v7, arm64 into $(DIST)/;"
+	@echo "             prints their sizes, fails if armv7 is over ARMV7_BUDGET_MIB (12)"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
 	@echo "make build   bin/edgegate, bin/edgesim, bin/edgecat, bin/devkafka for this machine"
 
@@ -46,8 +57,10 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
+	$(GO) vet -tags $(RELEASE_TAGS) ./cmd/edgegate
 	$(TOOL) staticcheck ./...
 	$(TOOL) staticcheck -tags e2e ./cmd/edgegate ./cmd/edgecat ./cmd/edgesim
+	$(TOOL) staticcheck -tags $(RELEASE_TAGS) ./cmd/edgegate
 
 check: lint test
 
@@ -56,6 +69,22 @@ COUNT     ?= 1
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count $(COUNT) ./aggregate ./gateway/... ./bridge/...
 
+# mosquitto (apt-get install -y mosquitto), a plain mochi broker and
+# edgegate (built as released, with RELEASE_TAGS), one after another on the
+# same loads from edgesim in its own process (cmd/footprint). The brokers'
+# files go under $(DIST)/bench, on this disk rather than a tmpfs, so that
+# edgegate's fsyncs cost what they do. FOOTPRINT_FLAGS passes flags
+# (footprint -h lists them).
+FOOTPRINT_FLAGS ?=
+bench-footprint:
+	@mkdir -p $(DIST)/bench
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgegate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/bench/ ./cmd/edgesim ./cmd/devkafka ./cmd/footprint
+	$(DIST)/bench/footprint -dir $(DIST)/bench $(FOOTPRINT_FLAGS)
+
+bench-footprint-short:
+	$(MAKE) bench-footprint FOOTPRINT_FLAGS="-short $(FOOTPRINT_FLAGS)"
+
 FUZZTIME ?= 60s
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./gateway/payload
@@ -63,12 +92,22 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzListener -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime $(FUZZTIME) ./bridge/queue
 
+# The stripped armv7 release build may take this many MiB; make cross
+# fails above it. (go tool nm -size -sort size on an unstripped build, and
+# cmd/edgegate's deps_test.go and release_test.go, show what it links.)
+ARMV7_BUDGET_MIB ?= 12
 cross:
 	@mkdir -p $(DIST)
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv6 ./cmd/edgegate
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv7 ./cmd/edgegate
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-arm64 ./cmd/edgegate
-	@ls -l $(DIST)/edgegate-linux-* | awk '{printf "%-32s %6.1f MiB\n", $$9, $$5/1048576}'
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=6 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv6 ./cmd/edgegate
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-armv7 ./cmd/edgegate
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -trimpath -tags $(RELEASE_TAGS) -ldflags "$(LDFLAGS)" -o $(DIST)/edgegate-linux-arm64 ./cmd/edgegate
+	@for f in $(DIST)/edgegate-linux-armv6 $(DIST)/edgegate-linux-armv7 $(DIST)/edgegate-linux-arm64; do \
+		wc -c < $$f | awk -v f=$$f '{printf "%-32s %6.2f MiB (%d bytes)\n", f, $$1/1048576, $$1}'; done
+	@size=$$(wc -c < $(DIST)/edgegate-linux-armv7); budget=$$(( $(ARMV7_BUDGET_MIB) * 1048576 )); \
+	if [ $$size -gt $$budget ]; then \
+		echo "edgegate-linux-armv7: $$size bytes, over its budget of $(ARMV7_BUDGET_MIB) MiB ($$budget bytes) by $$((size - budget)):"; \
+		echo "  find what grew with go tool nm -size -sort size on an unstripped build (README: What an ARM build contains)"; exit 1; \
+	else echo "edgegate-linux-armv7: within its budget of $(ARMV7_BUDGET_MIB) MiB, $$((budget - size)) bytes to spare"; fi
 
 # Debian packages: armhf (the ARMv6 build, which Raspberry Pi OS's armhf
 # needs for a Pi Zero/1 and runs everywhere else), arm64 and amd64.

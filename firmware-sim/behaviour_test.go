@@ -369,3 +369,56 @@ func TestSlowConsumer(t *testing.T) {
 	}
 	t.Logf("slow subscriber received %d while devices published %d", st.Received, published)
 }
+
+// waitFor polls cond until it holds, failing the test after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s after a minute", what)
+		}
+	}
+}
+
+// TestHoldThenFixedLoad: held devices connect and send nothing; once
+// released, each takes exactly Samples samples and then stays connected
+// without sending more: the broker receives devices × Samples × metrics
+// publications, no more.
+func TestHoldThenFixedLoad(t *testing.T) {
+	addr, w := startBroker(t)
+	hold := make(chan struct{})
+	const devices, samples = 4, 10
+	f := firmwaresim.NewFleet(addr, devices, "hold", 5*time.Millisecond, 1)
+	f.Hold = hold
+	metrics := 0
+	for i := range f.Devices {
+		f.Devices[i].Samples = samples
+		f.Devices[i].Form = firmwaresim.FormBare // one publication per reading
+		metrics = len(f.Devices[i].Metrics)
+	}
+	f.OnError = func(dev string, err error) { t.Errorf("%s: %v", dev, err) }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	received := func() int { w.mu.Lock(); defer w.mu.Unlock(); return len(w.got) }
+
+	waitFor(t, "every device to connect", func() bool { return f.Stats().Connects == devices })
+	time.Sleep(20 * 5 * time.Millisecond) // twenty sample intervals
+	if n := received(); n != 0 || f.Stats().Sent != 0 {
+		t.Fatalf("held fleet sent %d publications (%d counted)", n, f.Stats().Sent)
+	}
+	close(hold)
+	want := devices * samples * metrics
+	waitFor(t, "the fixed load", func() bool { return received() >= want })
+	time.Sleep(20 * 5 * time.Millisecond)
+	if n, st := received(), f.Stats(); n != want || st.Sent != uint64(want) || st.Acked != uint64(want) || st.Connects != devices {
+		t.Errorf("broker received %d, fleet counted sent %d acked %d connects %d; want %d publications on %d connections",
+			n, st.Sent, st.Acked, st.Connects, want, devices)
+	}
+	for _, d := range f.Devices {
+		if n := len(w.of(d.ID)); n != samples*metrics {
+			t.Errorf("%s: %d publications, want %d", d.ID, n, samples*metrics)
+		}
+	}
+}

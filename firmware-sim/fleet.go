@@ -118,6 +118,11 @@ type Device struct {
 	QoS      byte
 	Form     Form
 	Prefix   string // topic prefix; default "sensors"
+	// Samples, if set, is how many samples the device takes; after the
+	// last it keeps its connection and sends nothing more. A fleet of
+	// such devices offers a fixed load: Samples × len(Metrics) readings
+	// each.
+	Samples int
 	// Protocol is the MQTT version: 5 (the default, eclipse/paho.golang)
 	// or 4 for 3.1.1 (eclipse/paho.mqtt.golang), as many field devices
 	// still speak.
@@ -284,6 +289,11 @@ type Fleet struct {
 	// OnError, if set, receives connection and publish errors; the device
 	// reconnects after a pause.
 	OnError func(device string, err error)
+	// Hold, if set, keeps every device from sampling until it is closed:
+	// devices connect at once and stay idle meanwhile (keep-alives only),
+	// so that idle connections can be measured, or a load can start only
+	// once the whole fleet is connected.
+	Hold <-chan struct{}
 
 	sent, acked, errs, connects, received, buffered atomic.Uint64
 	ackLatency                                      [latencyBuckets + 1]atomic.Uint64 // 100 µs buckets; the last is ≥ 100 ms
@@ -471,8 +481,14 @@ func (dv *device) run(ctx context.Context) {
 	// random phase so a fleet does not publish in lockstep.
 	dv.online = true
 	dv.connect(ctx)
-	sample := time.NewTimer(time.Duration(dv.rng.Int64N(int64(d.Interval) + 1)))
+	phase := time.Duration(dv.rng.Int64N(int64(d.Interval) + 1))
+	sample := time.NewTimer(phase)
 	defer sample.Stop()
+	hold := f.Hold
+	if hold != nil {
+		sample.Stop() // started when the hold is released
+	}
+	taken := 0
 	offline := time.NewTimer(time.Hour)
 	offline.Stop()
 	if d.OfflineEvery > 0 && d.OfflineFor > 0 {
@@ -506,8 +522,14 @@ func (dv *device) run(ctx context.Context) {
 			return
 		case <-send:
 			dv.sendOne(ctx) // on failure the connection is dropped, and retried above
+		case <-hold:
+			hold = nil
+			sample.Reset(phase)
 		case <-sample.C:
-			sample.Reset(d.Interval)
+			taken++
+			if d.Samples == 0 || taken < d.Samples {
+				sample.Reset(d.Interval)
+			}
 			dv.sample()
 		case <-offline.C:
 			dv.toggle(ctx, offline)

@@ -1,3 +1,10 @@
+//go:build !nodemo
+
+// The demo: kfake in process, the gateway, a simulated fleet and a
+// sarama consumer printing the summaries. Release builds for ARM gateways
+// leave it out (-tags nodemo, see demo_off.go): it links a second Kafka
+// stack and both MQTT clients of the simulator.
+
 package main
 
 import (
@@ -19,6 +26,9 @@ import (
 	"github.com/edgegate/edgegate/configs"
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
 )
+
+// demoHelp is the demo's line in the usage.
+const demoHelp = "in-process Kafka, gateway and simulated devices"
 
 type demoOptions struct {
 	mqtt     string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -47,13 +48,38 @@ var importRules = []importRule{
 		deny: []string{"gateway/...", "bridge/...", "aggregate/...", "devices/...", saramaTree}},
 }
 
+// binaryRules keep what the gateway's binary links small: each was
+// megabytes of the ARM binary (see README, "What an ARM build contains").
+var binaryRules = []importRule{
+	{name: "cmd/edgegate: not the Prometheus client library, nor the protobuf runtime (/metrics is written in exposition.go; the wire format, protowire, aside)", pkgs: "cmd/edgegate",
+		deny: []string{"github.com/prometheus/...", "google.golang.org/protobuf/..."},
+		allow: []string{"google.golang.org/protobuf/encoding/protowire", "google.golang.org/protobuf/internal/errors",
+			"google.golang.org/protobuf/internal/detrand"}},
+	{name: "cmd/edgegate: of periph's host drivers only the Linux ones (sysfs for /dev/i2c-N, gpioioctl), not every board's", pkgs: "cmd/edgegate",
+		deny:  []string{"periph.io/x/host/v3/..."},
+		allow: []string{"periph.io/x/host/v3/sysfs", "periph.io/x/host/v3/gpioioctl", "periph.io/x/host/v3/fs"}},
+}
+
 // TestDependencyDirection checks every package of the trees the rules
 // name against the rules, over the import graph go list -deps prints.
 func TestDependencyDirection(t *testing.T) {
+	checkImports(t, nil, nil, importRules, "./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+}
+
+// TestBinaryDependencies checks what the gateway's binary links.
+func TestBinaryDependencies(t *testing.T) {
+	checkImports(t, nil, nil, binaryRules, "./cmd/edgegate")
+}
+
+// checkImports checks the packages that patterns name against rules, with
+// env added to the go command's environment and flags before the patterns.
+func checkImports(t *testing.T, env, flags []string, rules []importRule, patterns ...string) {
+	t.Helper()
 	const mod = "github.com/edgegate/edgegate"
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}",
-		"./aggregate/...", "./bridge/...", "./devices/...", "./firmware-sim/...", "./gateway/...")
+	args := append([]string{"list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{.DepOnly}}\t{{join .Imports \" \"}}"}, flags...)
+	cmd := exec.Command("go", append(args, patterns...)...)
 	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
 	if err != nil {
 		var exit *exec.ExitError
@@ -98,7 +124,7 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		return false
 	}
-	for _, r := range importRules {
+	for _, r := range rules {
 		applied := false
 		for _, pkg := range listed {
 			if !match(r.pkgs, abs(pkg)) {

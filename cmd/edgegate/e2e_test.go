@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -38,8 +39,15 @@ func need(t *testing.T, tools ...string) {
 // build compiles a command for goos/goarch into dir as CI would ship it.
 func build(t *testing.T, dir, pkg, name, goarch, goarm string) string {
 	t.Helper()
+	return buildTags(t, dir, pkg, name, goarch, goarm, "")
+}
+
+// buildTags is build with build tags: releaseTags for the ARM release
+// builds.
+func buildTags(t *testing.T, dir, pkg, name, goarch, goarm, tags string) string {
+	t.Helper()
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=e2e", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", tags, "-ldflags", "-s -w -X main.version=e2e", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+goarch)
 	if goarm != "" {
 		cmd.Env = append(cmd.Env, "GOARM="+goarm)
@@ -292,18 +300,23 @@ func TestE2E(t *testing.T) {
 		t.Errorf("dead letters = %v", dl)
 	}
 
-	// The ARM builds, under qemu-user, accept a mosquitto_pub connection
-	// and deliver its reading to Kafka.
+	// The ARM release builds (as make cross makes them), under qemu-user,
+	// accept a mosquitto_pub connection and deliver its reading to Kafka,
+	// and say where to run the demo they leave out.
 	for _, arch := range []struct{ name, goarch, goarm, qemu string }{
 		{"armv7", "arm", "7", "qemu-arm-static"},
 		{"arm64", "arm64", "", "qemu-aarch64-static"},
 	} {
 		t.Run(arch.name, func(t *testing.T) {
 			need(t, arch.qemu)
-			armBin := build(t, dir, ".", "edgegate-"+arch.name, arch.goarch, arch.goarm)
+			armBin := buildTags(t, dir, ".", "edgegate-"+arch.name, arch.goarch, arch.goarm, releaseTags)
 			out, err := exec.Command(arch.qemu, armBin, "version").Output()
 			if err != nil || !strings.Contains(string(out), "linux/"+arch.goarch) {
 				t.Fatalf("version under %s: %v %q", arch.qemu, err, out)
+			}
+			out, err = exec.Command(arch.qemu, armBin, "demo").CombinedOutput()
+			if code := exitCode(err); code != 2 || !strings.Contains(string(out), "demo: not in this build") || !strings.Contains(string(out), "make demo") {
+				t.Errorf("demo under %s: exit %d %q", arch.qemu, code, out)
 			}
 			id := "e2e-" + arch.name
 			g := startGateway(t, arch.qemu, armBin, id, kafka)
@@ -323,4 +336,17 @@ func TestE2E(t *testing.T) {
 			}
 		})
 	}
+}
+
+// exitCode is a command's exit status from its error: 0 for none, -1 if
+// it did not exit.
+func exitCode(err error) int {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	}
+	return -1
 }

@@ -30,7 +30,7 @@ const usage = `edgegate: IoT edge gateway (MQTT in, per-minute summaries out to 
 
 Usage:
   edgegate run --config FILE     run the gateway
-  edgegate demo [flags]          in-process Kafka, gateway and simulated devices
+  edgegate demo [flags]          ` + demoHelp + `
   edgegate check --config FILE   validate a config file and print the effective config
   edgegate passwd [-c] [-D] FILE USER   add, update (-c: create) or delete a device's password
   edgegate status [--url U]      the running gateway's state, from its HTTP endpoint

@@ -1,15 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"maps"
 	"net/http"
 	"slices"
 	"sort"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/edgegate/edgegate/gateway/payload"
 )
@@ -27,8 +24,8 @@ type metricsCollector struct {
 	p *pipeline
 }
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc("edgegate_"+name, help, labels, nil)
+func desc(name, help string, labels ...string) *metricDesc {
+	return &metricDesc{name: "edgegate_" + name, help: help, labels: labels}
 }
 
 var (
@@ -94,16 +91,6 @@ var (
 	mSpIgnored  = desc("sparkplug_metrics_ignored_total", "Sparkplug metrics that are no reading, by why: null (is_null), type (a datatype not aggregated: String, DataSet, Template, ...; Boolean unless sparkplug.booleans), protocol (bdSeq, Node/Device Control).", "why")
 )
 
-func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mReadings, mRejected, mPublications, mRefused, mDuplicates, mSummaries, mOpen, mSeries, mCached, mDevices,
-		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
-		mConnects, mSendErrors, mPosErrors, mKafkaWarns, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
-		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors,
-		mSpNodes, mSpDevices, mSpMessages, mSpReadings, mSpHist, mSpRebirths, mSpProblems, mSpDeaths, mSpIgnored} {
-		ch <- d
-	}
-}
-
 func b2f(b bool) float64 {
 	if b {
 		return 1
@@ -111,14 +98,10 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
+// collect adds the gateway's families to e.
+func (c metricsCollector) collect(e *exposition) {
 	g, f := c.p.gw.Stats(), c.p.fwd.Stats()
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-	}
+	counter, gauge := e.counter, e.gauge
 	outcomes := make([]string, 0, len(g.Outcomes))
 	for o := range g.Outcomes {
 		outcomes = append(outcomes, o)
@@ -168,11 +151,7 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(mCPFailures, float64(g.Journal.CheckpointFailures))
 	gauge(mReplayed, float64(g.Journal.Replayed))
 	h := g.Journal.FsyncLatency
-	buckets := make(map[float64]uint64, len(h.Bounds))
-	for i, b := range h.Bounds {
-		buckets[b] = h.Counts[i]
-	}
-	ch <- prometheus.MustNewConstHistogram(mFsync, h.Count, h.Sum, buckets)
+	e.histogram(mFsync, h.Count, h.Sum, h.Bounds, h.Counts)
 	gauge(mOldest, f.OldestAge.Seconds())
 	counter(mBatches, float64(f.Batches))
 	gauge(mBatchBytes, float64(f.BatchBytes))
@@ -224,10 +203,18 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// metricsHandler serves /metrics: the gateway's metrics, and the Go
-// runtime's and the process's (memory, CPU, file descriptors).
+// metricsHandler serves /metrics in the Prometheus text format: the
+// gateway's metrics, and the Go runtime's and the process's (memory, CPU,
+// file descriptors).
 func (p *pipeline) metricsHandler() http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metricsCollector{p}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e := newExposition()
+		metricsCollector{p}.collect(e)
+		collectGo(e)
+		collectProcess(e)
+		var buf bytes.Buffer
+		e.write(&buf) // a bytes.Buffer does not fail
+		w.Header().Set("Content-Type", expositionType)
+		w.Write(buf.Bytes())
+	})
 }

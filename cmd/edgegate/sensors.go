@@ -8,9 +8,17 @@ import (
 	"strings"
 	"sync"
 
+	"periph.io/x/conn/v3/driver/driverreg"
 	"periph.io/x/conn/v3/i2c"
 	"periph.io/x/conn/v3/i2c/i2creg"
-	periphhost "periph.io/x/host/v3"
+	// Of periph's host drivers only the Linux ones: sysfs, whose I2C
+	// driver registers the buses (/dev/i2c-N, also named I2CN and N), and
+	// gpioioctl, which sysfs's GPIO driver requires. periph's host package
+	// would register every board's drivers too (Allwinner, BCM283x,
+	// BeagleBone, ...), which the gateway does not use: its sensors talk
+	// to /dev/i2c-N at the bus's own speed.
+	_ "periph.io/x/host/v3/gpioioctl"
+	_ "periph.io/x/host/v3/sysfs"
 
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/devices"
@@ -23,7 +31,7 @@ const emulatedBusName = "emulated"
 var registerOnce sync.Once
 
 // prepareSensors makes the configured buses openable by name: periph's
-// host drivers for real buses (/dev/i2c-N), and, when a sensor names the
+// sysfs driver for real buses (/dev/i2c-N), and, when a sensor names the
 // emulated bus, an emulated bus holding each such sensor's chip, its
 // values drifting slowly. A host without I²C is not an error here: those
 // sensors fail to open, are reported and retried.
@@ -38,8 +46,8 @@ func prepareSensors(cfg *configs.Config, log *slog.Logger) {
 		}
 	}
 	if real {
-		if _, err := periphhost.Init(); err != nil {
-			log.Warn("periph host drivers did not load; I2C sensors on real buses will not open", "err", err)
+		if _, err := driverreg.Init(); err != nil {
+			log.Warn("periph drivers did not load; I2C sensors on real buses will not open", "err", err)
 		}
 	}
 	if len(emulated) > 0 {
@@ -82,8 +90,8 @@ func cmdSensors(args []string, stdout, stderr io.Writer) error {
 			emulated = append(emulated, chips.EmulatedChip{Driver: d.Name, Address: d.Addresses[0]})
 		}
 		registerEmulated(emulated, slog.New(slog.DiscardHandler))
-	} else if _, err := periphhost.Init(); err != nil {
-		return fmt.Errorf("load periph host drivers: %w", err)
+	} else if _, err := driverreg.Init(); err != nil {
+		return fmt.Errorf("load periph drivers: %w", err)
 	}
 	bus, err := i2creg.Open(*name)
 	if err != nil {
