@@ -20,7 +20,7 @@ help:
 	@echo "             20 SIGKILL cycles under QoS 1 load, then an exact check in Kafka"
 	@echo "make crash-long  the same crash loop with 200 cycles"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
-	@echo "make fuzz    fuzz the payload decoder, the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
+	@echo "make fuzz    fuzz the payload decoder, the live MQTT listener, queue recovery and the state file check, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped binaries for linux arm v6, arm v7, arm64 into $(DIST)/"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
 	@echo "make build   bin/edgegate, bin/edgesim, bin/edgecat, bin/devkafka for this machine"
@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime $(FUZZTIME) ./gateway/payload
 	$(GO) test -run '^$$' -fuzz FuzzListener -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime $(FUZZTIME) ./bridge/queue
+	$(GO) test -run '^$$' -fuzz FuzzStateFile -fuzztime $(FUZZTIME) ./gateway/journal
 
 cross:
 	@mkdir -p $(DIST)

@@ -170,8 +170,13 @@ func (g *Gateway) recover() error {
 	if err := queue.MkdirDurable(stateDir); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
-	if g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {
+	g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"),
+		journal.StateOptions{Log: g.log, Quarantine: filepath.Join(dir, "quarantine")})
+	if err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	if rec := g.state.Recovery(); rec.Rebuilt {
+		g.log.Error("state file rebuilt", "recovery", rec.String())
 	}
 	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
 	if err != nil {
@@ -484,10 +489,11 @@ func (g *Gateway) checkpointDue() bool {
 
 // checkpoint makes the outputs so far durable, then writes the state as of
 // the latest applied event (and the closed windows changed since the last
-// checkpoint) in one transaction, then removes the journal segments no
-// longer needed. It holds the aggregator throughout, so that no window it
-// hands over can leave the RAM cache before it is on disk; acknowledgements
-// do not wait for it. An error is a failed disk: the process must stop.
+// checkpoint) in one transaction, then removes the journal segments before
+// the previous checkpoint. It holds the aggregator throughout, so that no
+// window it hands over can leave the RAM cache before it is on disk;
+// acknowledgements do not wait for it. An error is a failed disk: the
+// process must stop.
 func (g *Gateway) checkpoint() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -500,16 +506,20 @@ func (g *Gateway) checkpoint() error {
 	}
 	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs}
 	data := c.Encode()
-	windows, deleted, err := g.state.Commit(data, g.agg)
+	windows, deleted, err := g.state.Commit(c.Seq, data, g.agg)
 	if err != nil {
 		g.cpFailures.Add(1)
 		return fmt.Errorf("write checkpoint to %s: %w", g.state.Path, err)
 	}
+	// The journal is kept back to the checkpoint before this one (the
+	// state file's previous transaction), which recovery uses if this one
+	// is damaged.
+	prev := g.lastCP
 	g.lastCP = c.Seq
 	g.cpWritten.Store(written)
 	g.cpSize.Store(int64(len(data) + 100*windows))
 	g.log.Debug("checkpoint written", "seq", c.Seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
-	if err := g.jlog.DropBefore(c.Seq + 1); err != nil {
+	if err := g.jlog.DropBefore(prev + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
 	}
 	return nil

@@ -336,6 +336,11 @@ func (w *treeWalk) walkBucket(v []byte, leaf func(element) error) error {
 	return w.node(root, nil, nil, nil, 0, leaf)
 }
 
+// walk is walkPages without a page hook.
+func (f *boltFile) walk(m boltMeta, visit treeVisitor) *treeWalk {
+	return f.walkPages(m, visit, nil)
+}
+
 // walkPages walks the tree of meta m, passing the entries of the buckets
 // meta and windows to visit, and each page read whole to onPage (if not
 // nil), and reports the problems found (none: bbolt can walk the tree and
