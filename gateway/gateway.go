@@ -171,7 +171,7 @@ func (g *Gateway) recover() error {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"),
-		journal.StateOptions{Log: g.log, Quarantine: filepath.Join(dir, "quarantine")})
+		journal.StateOptions{Log: g.log, Quarantine: filepath.Join(dir, "quarantine"), Position: func() uint64 { return g.applied }})
 	if err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
@@ -238,6 +238,7 @@ func (g *Gateway) recover() error {
 	if err != nil {
 		return fail(err)
 	}
+	g.state.EndReplay()
 	if n > 0 || cp != nil || js.Truncated > 0 {
 		g.log.Info("state recovered", "checkpoint", g.lastCP, "replayed_events", n, "outputs_already_stored", g.suppressed.Load(),
 			"journal_truncated_bytes", js.Truncated, "open_windows", g.agg.OpenWindows(), "sessions", len(g.sessions),
@@ -511,13 +512,14 @@ func (g *Gateway) checkpoint() error {
 		g.cpFailures.Add(1)
 		return fmt.Errorf("write checkpoint to %s: %w", g.state.Path, err)
 	}
-	// The journal is kept back to the checkpoint before this one (the
-	// state file's previous transaction), which recovery uses if this one
-	// is damaged.
+	// The journal is kept back to the checkpoint before this one (now in
+	// checkpoint.prev), which recovery uses if this one is damaged.
 	prev := g.lastCP
 	g.lastCP = c.Seq
 	g.cpWritten.Store(written)
-	g.cpSize.Store(int64(len(data) + 100*windows))
+	// The checkpoint is written twice: here, and as the previous one
+	// before the next.
+	g.cpSize.Store(int64(2*len(data) + 100*windows))
 	g.log.Debug("checkpoint written", "seq", c.Seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
 	if err := g.jlog.DropBefore(prev + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
+	"github.com/edgegate/edgegate/bridge/queue"
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
@@ -30,7 +31,7 @@ import (
 // The gateway under power loss and bit rot: a child process (this test
 // binary, TestStateDamageChild) runs the gateway on a data directory, takes
 // QoS 1 readings over TCP and is killed with SIGKILL after checkpoints;
-// then state/state.db is damaged, and the gateway,
+// then state/state.db (or checkpoint.prev) is damaged, and the gateway,
 // started again on it with the real forwarder and a Kafka-protocol broker,
 // must start, and every acknowledged reading must be in the summaries
 // exactly.
@@ -85,12 +86,20 @@ func TestStateDamageChild(t *testing.T) {
 		if in.Text() != "checkpoint" {
 			continue
 		}
-		// Every acknowledged publication is durable: the checkpoint
-		// waits until the applier has them all.
-		for gw.Stats().Journal.Applied+1 < gw.JournalLog().Stats().Durable {
-			time.Sleep(2 * time.Millisecond)
+		// The tick that readings make due, now rather than after the
+		// checkpoint; then checkpoints until one covers every event
+		// journaled (every acknowledged publication is durable), so
+		// that the journal segment ends at the checkpoint.
+		err := gw.Tick()
+		for err == nil {
+			for gw.Stats().Journal.Applied+1 < gw.JournalLog().Stats().Durable {
+				time.Sleep(2 * time.Millisecond)
+			}
+			if err = gw.WriteCheckpoint(); err == nil && gw.Stats().Journal.Checkpoint+1 == gw.JournalLog().Stats().Next {
+				break
+			}
 		}
-		if err := gw.WriteCheckpoint(); err != nil {
+		if err != nil {
 			fmt.Printf("ERR %v\n", err)
 		} else {
 			fmt.Printf("CP %d\n", gw.Stats().Journal.Checkpoint)
@@ -331,9 +340,14 @@ func flipCheckpoint(t *testing.T, dir string, cp []byte) {
 	flipAt(t, path, int64(i+len(cp)/2))
 }
 
-// checkpoint returns the checkpoint in dir's state file.
-func checkpoint(t *testing.T, dir string) (newest []byte) {
+// checkpoints returns the checkpoint in dir's state file and the one in
+// checkpoint.prev.
+func checkpoints(t *testing.T, dir string) (newest, previous []byte) {
 	t.Helper()
+	previous, err := os.ReadFile(filepath.Join(dir, "state", journal.PreviousName))
+	if err != nil {
+		t.Fatal(err)
+	}
 	db, err := journal.OpenStateDB(filepath.Join(copyTree(t, filepath.Join(dir, "state")), "state.db"), journal.StateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +356,7 @@ func checkpoint(t *testing.T, dir string) (newest []byte) {
 	if newest, err = db.Checkpoint(); err != nil || newest == nil {
 		t.Fatalf("checkpoint: %q, %v", newest, err)
 	}
-	return newest
+	return newest, previous
 }
 
 func kindOf(kind, bucket string, cur, prev bool) func(journal.StatePage) bool {
@@ -474,18 +488,22 @@ func lateReadings(truth []sent) int {
 func nothingLost(string, string, time.Time) bool { return false }
 
 // TestStateDamageRecovery: a state file damaged in one page (or one
-// checkpoint, or both) after two runs killed with SIGKILL. Run 1 takes
-// readings in windows 0–2, a checkpoint (cp1) in the middle; run 2 more,
-// late ones for window 0, a checkpoint (cp2), more. Journal segments of run
-// 1 are needed for recovery from cp1. After the damage the gateway starts,
-// takes late readings for windows closed before the crash, and every
-// window's highest revision in Kafka has exactly the statistics of the
-// readings sent.
+// checkpoint, or both) after three runs killed with SIGKILL. Run 1 takes
+// readings in window 0 and a checkpoint (cp0) of all of them; run 2 closes
+// window 0, takes a checkpoint (cp1), which unlinks run 1's journal, and
+// readings up to window 2; run 3 more, late ones for window 0, a
+// checkpoint (cp2), more. Recovery from cp1 needs run 2's journal after
+// it; the journal alone lacks window 0's first readings. After the damage
+// the gateway starts, takes late readings for windows closed before the
+// crash, and every window's highest revision in Kafka has exactly the
+// statistics of the readings sent.
 func TestStateDamageRecovery(t *testing.T) {
 	f := &fleet{base: time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)}
 	dir := history(t, f, func(c *gatewayChild) {
 		f.at(10)
 		f.at(20)
+		c.checkpoint()
+	}, func(c *gatewayChild) {
 		f.at(70) // closes window 0
 		c.checkpoint()
 		f.at(80)
@@ -497,7 +515,17 @@ func TestStateDamageRecovery(t *testing.T) {
 		c.checkpoint()
 		f.at(200)
 	})
-	newest := checkpoint(t, dir)
+	// What the test is about: run 1's readings are in no journal segment
+	// any more, only in checkpoints.
+	q, err := queue.Open(copyTree(t, filepath.Join(dir, "ingest")), queue.Options{Logger: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := q.Stats().First; first <= 1 {
+		t.Fatalf("the journal starts at record %d: run 1's segment was not unlinked", first)
+	}
+	q.Close()
+	newest, previous := checkpoints(t, dir)
 	after := func(f *fleet) {
 		f.at(210)
 		f.at(40, 5, 6, 7, 8, 9) // late for window 0, stored since cp1
@@ -529,6 +557,13 @@ func TestStateDamageRecovery(t *testing.T) {
 			flipPage(t, dir, 0, kindOf("leaf", "windows", false, true))
 			return nothingLost
 		}, false},
+		// Both checkpoints of state.db: checkpoint.prev and the journal
+		// from it.
+		"both checkpoints in state.db": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
+			flipCheckpoint(t, dir, newest)
+			flipCheckpoint(t, dir, previous)
+			return nothingLost
+		}, false},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -540,8 +575,9 @@ func TestStateDamageRecovery(t *testing.T) {
 	}
 }
 
-// TestStateDamageJournalOnly: both checkpoints of state.db unusable: the
-// journal, whole since the first run, rebuilds the state.
+// TestStateDamageJournalOnly: every checkpoint unusable (both in state.db,
+// and checkpoint.prev): the journal, whole since the first run, rebuilds
+// the state.
 func TestStateDamageJournalOnly(t *testing.T) {
 	f := &fleet{base: time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)}
 	dir := history(t, f, func(c *gatewayChild) {
@@ -554,7 +590,7 @@ func TestStateDamageJournalOnly(t *testing.T) {
 		c.checkpoint()
 		f.at(140)
 	})
-	// The root pages of both transactions.
+	// The root pages of both transactions, and checkpoint.prev.
 	path := filepath.Join(dir, "state", "state.db")
 	pages, err := journal.StatePages(path)
 	if err != nil {
@@ -570,12 +606,13 @@ func TestStateDamageJournalOnly(t *testing.T) {
 	if roots != 2 {
 		t.Fatalf("%d root pages, want the two transactions'", roots)
 	}
+	flipAt(t, filepath.Join(dir, "state", journal.PreviousName), 100)
 	finish(t, dir, f, func(f *fleet) {
 		f.at(150)
 		f.at(30, 3, 4, 5)
 		f.at(90)
 	}, nothingLost, false)
-	if q, _ := filepath.Glob(filepath.Join(dir, "quarantine", "*")); len(q) != 1 {
-		t.Errorf("quarantine holds %v; want the damaged state.db", q)
+	if q, _ := filepath.Glob(filepath.Join(dir, "quarantine", "*")); len(q) != 2 {
+		t.Errorf("quarantine holds %v; want the damaged state.db and checkpoint.prev", q)
 	}
 }

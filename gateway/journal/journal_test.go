@@ -204,12 +204,16 @@ func TestStateDB(t *testing.T) {
 	if cp, err := db.Checkpoint(); err != nil || !bytes.Equal(cp, testCheckpoint(2)) {
 		t.Errorf("reopened: checkpoint %q, %v", cp, err)
 	}
+	if prev, err := os.ReadFile(filepath.Join(filepath.Dir(path), PreviousName)); err != nil || !bytes.Equal(prev, testCheckpoint(1)) {
+		t.Errorf("%s = %q, %v; want the first checkpoint", PreviousName, prev, err)
+	}
 	if w, ok, _ := db.Load("d", "t", t0.Add(2*time.Minute).UnixNano()); !ok || w.Sum != 2 || w.Count != 1 {
 		t.Errorf("reopened: minute 2 = %+v, %v", w, ok)
 	}
 	db.Close()
 
-	// A file that is not a database: set aside, and a new one started.
+	// A file that is not a database: set aside, and the state is taken
+	// from the previous checkpoint.
 	os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600)
 	qdir := filepath.Join(t.TempDir(), "quarantine")
 	db, err = OpenStateDB(path, StateOptions{Quarantine: qdir})
@@ -217,11 +221,11 @@ func TestStateDB(t *testing.T) {
 		t.Fatalf("damaged state file: %v; want it set aside", err)
 	}
 	defer db.Close()
-	if cp, _ := db.Checkpoint(); cp != nil {
-		t.Errorf("rebuilt state file has checkpoint %q", cp)
+	if cp, _ := db.Checkpoint(); !bytes.Equal(cp, testCheckpoint(1)) {
+		t.Errorf("rebuilt state file has checkpoint %q, want the previous one", cp)
 	}
 	rec := db.Recovery()
-	if !rec.Rebuilt || rec.From != "" || !rec.WindowsLost || len(rec.Quarantined) != 1 {
+	if !rec.Rebuilt || rec.From != PreviousName || rec.Seq != 1 || !rec.WindowsLost || len(rec.Quarantined) != 1 {
 		t.Errorf("recovery %+v", rec)
 	}
 	if m, _ := filepath.Glob(filepath.Join(qdir, "state.db.*")); len(m) != 1 {

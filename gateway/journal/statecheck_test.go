@@ -117,11 +117,15 @@ func tinyState(t testing.TB) []byte {
 	return b[:n*ps]
 }
 
-// decide is what OpenStateDB decides about a state file, and the walk a
-// rebuild then makes.
-func decide(t *testing.T, file []byte) {
+// decide is what OpenStateDB decides about a state file and a previous
+// checkpoint, and the walk a rebuild then makes.
+func decide(t *testing.T, file, prev []byte) {
+	var p *prevCheckpoint
+	if seq, err := checkpointSeq(prev); err == nil {
+		p = &prevCheckpoint{data: prev, seq: seq}
+	}
 	var rec Recovery
-	plan := planState(bytes.NewReader(file), int64(len(file)), &rec)
+	plan := planState(bytes.NewReader(file), int64(len(file)), p, &rec)
 	if plan.inPlace != (rec.Damage == "") && len(file) > 0 {
 		t.Errorf("in place %v, damage %q", plan.inPlace, rec.Damage)
 	}
@@ -140,15 +144,16 @@ func TestStateFileRandomDamage(t *testing.T) {
 		for range 1 + r.IntN(4) {
 			c[r.IntN(len(c))] ^= byte(1 + r.IntN(255))
 		}
-		decide(t, c)
+		decide(t, c, nil)
 	}
 }
 
-// FuzzStateFile: whatever the bytes of a state file, deciding what to
-// make of them neither panics nor reads outside the file.
+// FuzzStateFile: whatever the bytes of a state file and of a previous
+// checkpoint, deciding what to make of them neither panics nor reads
+// outside the file.
 func FuzzStateFile(f *testing.F) {
 	b := tinyState(f)
-	f.Add(b)
-	f.Add(b[:2*os.Getpagesize()])
+	f.Add(b, testCheckpoint(1))
+	f.Add(b[:2*os.Getpagesize()], []byte(nil))
 	f.Fuzz(decide)
 }

@@ -28,21 +28,51 @@ import (
 // they always describe the same moment of the journal. Between
 // checkpoints nothing is written; the aggregator reads windows it does not
 // hold in RAM (Load).
+//
+// Before each checkpoint replaces the one in the file, that one is copied
+// to <data_dir>/state/checkpoint.prev (written whole, fsynced, renamed):
+// two checkpoints, each with its own checksum, in two files. The gateway
+// keeps the journal back to the older one, so that if the newer one, or
+// the whole state file, is damaged, the older one and the journal rebuild
+// the same state (OpenStateDB).
 type StateDB struct {
-	db   *bolt.DB
-	Path string
-	log  *slog.Logger
+	db       *bolt.DB
+	Path     string
+	prevPath string
+	log      *slog.Logger
 
-	recovery Recovery
+	hasCP       bool // the file holds a checkpoint
+	prevCurrent bool // checkpoint.prev holds the file's checkpoint already
+	ahead       aheadMark
+	position    func() uint64
+	recovery    Recovery
+}
+
+// aheadMark says that the file's checkpoint (from) is older than some of
+// its windows, written by checkpoints up to until: the state was rebuilt
+// from an older checkpoint than the newest, whose windows were kept. Such
+// a window already holds the journal's events up to its own checkpoint, so
+// while the replay has not reached that one, Load must not hand it out (it
+// would count those events twice); after, it is exactly right. The mark is
+// removed by the first commit after the replay.
+type aheadMark struct {
+	set         bool
+	from, until uint64
 }
 
 var (
 	bucketMeta    = []byte("meta")
 	bucketWindows = []byte("windows")
 	keyCheckpoint = []byte("checkpoint")
+	keyAhead      = []byte("ahead")
 )
 
-// maxQuarantinedState bounds the damaged state files kept in the quarantine directory: a state file may be
+// PreviousName is the file, beside state.db, holding the checkpoint before
+// the one in state.db.
+const PreviousName = "checkpoint.prev"
+
+// maxQuarantinedState bounds the damaged state files (and previous
+// checkpoints) kept in the quarantine directory: a state file may be
 // large, and a failing card must not fill the disk with copies of it.
 const maxQuarantinedState = 4
 
@@ -57,10 +87,14 @@ type StateOptions struct {
 	// damaged previous checkpoint, is kept for inspection
 	// (<data_dir>/quarantine); "" keeps none.
 	Quarantine string
+	// Position returns the journal sequence being applied (the replay's
+	// position). It is called from Load, by the aggregator, so in the
+	// caller's goroutine; nil is never behind.
+	Position func() uint64
 }
 
-// Recovery is what OpenStateDB found wrong with the state file, and what
-// it did about it.
+// Recovery is what OpenStateDB found wrong with the state file and the
+// previous checkpoint, and what it did about it.
 type Recovery struct {
 	// Damage says what was wrong ("": nothing).
 	Damage string
@@ -70,14 +104,17 @@ type Recovery struct {
 	// read (and, when damaged, the old one set aside).
 	Rebuilt bool
 	// From names the checkpoint the state now starts from: "state.db",
-	// "state.db (previous transaction)", or "" when there is none and the
-	// journal alone rebuilds the state. Seq is its journal sequence.
+	// "state.db (previous transaction)", PreviousName, or "" when there is
+	// none and the journal alone rebuilds the state. Seq is its journal
+	// sequence.
 	From string
 	Seq  uint64
 	// WindowsKept counts the closed windows carried into a rebuilt file,
+	// WindowsAhead those of them written by a checkpoint newer than the
+	// one in use (refused to the replay until it reaches that checkpoint),
 	// WindowsDropped those that failed their checksum, DamagedPages the
 	// subtrees of windows that could not be read.
-	WindowsKept, WindowsDropped, DamagedPages int
+	WindowsKept, WindowsAhead, WindowsDropped, DamagedPages int
 	// WindowsLost is set when closed windows stored before the checkpoint
 	// in use (or before the journal's start, without one) may be missing.
 	WindowsLost bool
@@ -91,8 +128,8 @@ func (r Recovery) String() string {
 	if r.From != "" {
 		from = fmt.Sprintf("checkpoint %d from %s", r.Seq, r.From)
 	}
-	s := fmt.Sprintf("%s; state from %s; %d closed windows kept, %d dropped, %d damaged pages of windows",
-		r.Damage, from, r.WindowsKept, r.WindowsDropped, r.DamagedPages)
+	s := fmt.Sprintf("%s; state from %s; %d closed windows kept (%d newer than the checkpoint), %d dropped, %d damaged pages of windows",
+		r.Damage, from, r.WindowsKept, r.WindowsAhead, r.WindowsDropped, r.DamagedPages)
 	if len(r.Quarantined) > 0 {
 		s += "; damaged files kept in " + strings.Join(r.Quarantined, ", ")
 	}
@@ -120,8 +157,10 @@ func boltOptions(f *os.File) *bolt.Options {
 //     rebuilt from the best consistent state that can still be read: bbolt
 //     keeps the tree of its previous transaction beside the current one, so
 //     a page written by the last checkpoint that is damaged still leaves
-//     the one before whole; else the newest intact checkpoint with the
-//     closed windows that can be read; else no checkpoint at all.
+//     the one before whole; else the newest intact checkpoint (the file's,
+//     or checkpoint.prev) with the closed windows that can be read (those
+//     written by a newer checkpoint are refused to the replay until it
+//     reaches that one: aheadMark); else no checkpoint at all.
 //
 // Recovery says what was found and done. Only I/O errors, and another
 // process holding the file, are errors.
@@ -131,7 +170,7 @@ func OpenStateDB(path string, opts StateOptions) (*StateDB, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	dir := filepath.Dir(path)
-	s := &StateDB{Path: path, log: log}
+	s := &StateDB{Path: path, prevPath: filepath.Join(dir, PreviousName), log: log, position: opts.Position}
 	f, err := openLocked(path, 2*time.Second)
 	if errors.Is(err, errLocked) {
 		return nil, fmt.Errorf("open state %s: locked by another process (is another edgegate running on this data_dir?)", path)
@@ -139,22 +178,44 @@ func OpenStateDB(path string, opts StateOptions) (*StateDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
-	// The leftover of a rebuild that a crash interrupted: never renamed
-	// into place, so never used. (Only the lock's holder may remove it.)
-	if err := os.Remove(path + ".rebuild"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		f.Close()
-		return nil, fmt.Errorf("open state %s: %w", path, err)
+	// Leftovers of a rebuild or a previous checkpoint's write that a
+	// crash interrupted: never renamed into place, so never used. (Only
+	// the lock's holder may remove them.)
+	for _, stale := range []string{path + ".rebuild", s.prevPath + ".tmp"} {
+		if err := os.Remove(stale); err != nil && !errors.Is(err, os.ErrNotExist) {
+			f.Close()
+			return nil, fmt.Errorf("open state %s: %w", path, err)
+		}
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("open state %s: %w", path, err)
 	}
-	p := planState(f, fi.Size(), &s.recovery)
+	rec := &s.recovery
+	prev, err := readPrevious(s.prevPath)
+	if err != nil {
+		var perr *prevDamage
+		if !errors.As(err, &perr) {
+			f.Close()
+			return nil, fmt.Errorf("open state %s: %w", path, err)
+		}
+		rec.damage("%s unusable (%v)", PreviousName, perr.err)
+		s.quarantine(s.prevPath, opts.Quarantine, rec)
+		if err := os.Remove(s.prevPath); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open state %s: remove damaged %s: %w", path, PreviousName, err)
+		}
+		if err := syncDir(dir); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("open state %s: %w", path, err)
+		}
+	}
+	p := planState(f, fi.Size(), prev, rec)
 	if p.inPlace {
-		err = s.openInPlace(f, p)
+		err = s.openInPlace(f, p, prev)
 	} else {
-		err = s.rebuild(f, p, opts.Quarantine)
+		err = s.rebuild(f, p, prev, opts.Quarantine)
 	}
 	if err != nil {
 		return nil, err
@@ -210,6 +271,8 @@ type statePlan struct {
 	cp      []byte // checkpoint to keep (nil: none)
 	cpSeq   uint64
 	from    string
+	limit   uint64 // windows written by a checkpoint after this one are ahead of it
+	ahead   aheadMark
 	dropAll int // windows readable in the file, when none is kept
 }
 
@@ -223,10 +286,14 @@ type treeSummary struct {
 	hasCP      bool
 	windows    int
 	badWindows int
+	ahead      aheadMark
 	unknown    []string
 }
 
-// clean reports a tree that can be used whole: nothing damaged.
+// clean reports a tree that can be used whole: nothing damaged. (Its
+// windows may have been written after its checkpoint: a state rebuilt
+// from an older checkpoint, or a journal replaced, which restarts the
+// sequence.)
 func (t *treeSummary) clean() bool {
 	return t.walk.nprob == 0 && t.cpErr == nil && t.badWindows == 0 && len(t.unknown) == 0 && (t.hasCP || t.windows == 0)
 }
@@ -268,6 +335,12 @@ func inspect(f *boltFile, meta int) *treeSummary {
 			if t.cpSeq, t.cpErr = checkpointSeq(v); t.cpErr == nil {
 				t.cp = bytes.Clone(v)
 			}
+		case string(keyAhead):
+			if a, err := decodeAhead(v); err == nil {
+				t.ahead = a
+			} else {
+				t.unknown = append(t.unknown, string(k)+" (damaged)")
+			}
 		default:
 			t.unknown = append(t.unknown, string(k))
 		}
@@ -281,21 +354,32 @@ func inspect(f *boltFile, meta int) *treeSummary {
 
 // planState inspects the state file f of size bytes and decides what to
 // make of it (see OpenStateDB), recording damage in rec.
-func planState(f io.ReaderAt, size int64, rec *Recovery) statePlan {
+func planState(f io.ReaderAt, size int64, prev *prevCheckpoint, rec *Recovery) statePlan {
+	none := statePlan{source: -1}
 	if size == 0 {
-		return statePlan{inPlace: true, source: -1} // a new file
+		if prev == nil {
+			return statePlan{inPlace: true, source: -1} // a new file
+		}
+		rec.damage("state file is empty or missing, but %s holds checkpoint %d", PreviousName, prev.seq)
+		none.cp, none.cpSeq, none.from, none.limit = prev.data, prev.seq, PreviousName, prev.seq
+		return none
 	}
 	bf := readBoltFile(f, size)
-	p := statePlan{file: bf, source: -1}
+	none.file = bf
 	var trees []*treeSummary
 	if bf.cur < 0 {
 		rec.damage("state file has no valid meta page (meta 0: %v; meta 1: %v)", bf.metas[0].err, bf.metas[1].err)
 	} else {
 		cur := inspect(bf, bf.cur)
 		if cur.clean() {
-			return statePlan{inPlace: true, file: bf, source: bf.cur, cp: cur.cp, cpSeq: cur.cpSeq, from: "state.db"}
+			if cur.hasCP || prev == nil {
+				return statePlan{inPlace: true, file: bf, source: bf.cur, cp: cur.cp, cpSeq: cur.cpSeq, from: "state.db", limit: cur.cpSeq,
+					ahead: cur.ahead}
+			}
+			rec.damage("state file holds no checkpoint, but %s holds checkpoint %d (was state.db replaced?)", PreviousName, prev.seq)
+		} else {
+			rec.damage("state file damaged: %s", cur.problem())
 		}
-		rec.damage("state file damaged: %s", cur.problem())
 		// Only now is the previous transaction's tree of interest.
 		trees = append(trees, cur)
 		if other := 1 - bf.cur; bf.metas[other].err == nil {
@@ -308,6 +392,7 @@ func planState(f io.ReaderAt, size int64, rec *Recovery) statePlan {
 		}
 		return "state.db (previous transaction)"
 	}
+	p := none
 	// A whole tree, newest checkpoint first.
 	var best *treeSummary
 	for _, t := range trees {
@@ -316,23 +401,43 @@ func planState(f io.ReaderAt, size int64, rec *Recovery) statePlan {
 		}
 	}
 	if best != nil {
-		p.source, p.cp, p.cpSeq, p.from = best.meta, best.cp, best.cpSeq, name(best)
+		p.source, p.cp, p.cpSeq, p.from, p.limit = best.meta, best.cp, best.cpSeq, name(best), best.cpSeq
 		return p
 	}
 	// Else the newest intact checkpoint, with the windows that can be read.
 	for _, t := range trees {
 		if t.cp != nil && (p.cp == nil || t.cpSeq > p.cpSeq) {
-			p.source, p.cp, p.cpSeq, p.from = t.meta, t.cp, t.cpSeq, name(t)
+			p.source, p.cp, p.cpSeq, p.from, p.limit = t.meta, t.cp, t.cpSeq, name(t), t.cpSeq
+		}
+	}
+	if prev != nil && (p.cp == nil || prev.seq > p.cpSeq) {
+		p.cp, p.cpSeq, p.from, p.limit = prev.data, prev.seq, PreviousName, prev.seq
+		// The windows of the newest tree that has some, unless it has no
+		// checkpoint: then they are not checkpoint.prev's (state.db was
+		// replaced).
+		p.source = -1
+		for _, t := range trees {
+			if t.walk.buckets[string(bucketWindows)] {
+				if t.hasCP {
+					p.source = t.meta
+				}
+				break
+			}
 		}
 	}
 	if p.source < 0 && len(trees) > 0 {
 		p.dropAll = trees[0].windows
 	}
+	for _, t := range trees {
+		if t.meta == p.source && t.ahead.set && t.ahead.from == p.cpSeq {
+			p.ahead = t.ahead // rebuilt again before the replay ended
+		}
+	}
 	return p
 }
 
 // openInPlace opens the sound file f with bbolt.
-func (s *StateDB) openInPlace(f *os.File, p statePlan) error {
+func (s *StateDB) openInPlace(f *os.File, p statePlan, prev *prevCheckpoint) error {
 	db, err := bolt.Open(s.Path, 0o640, boltOptions(f))
 	if err != nil {
 		return fmt.Errorf("open state %s: %w", s.Path, err) // bbolt closed f
@@ -350,6 +455,11 @@ func (s *StateDB) openInPlace(f *os.File, p statePlan) error {
 		db.Close()
 		return err
 	}
+	s.hasCP = p.cp != nil
+	if p.ahead.set && p.ahead.from == p.cpSeq {
+		s.ahead = p.ahead
+	}
+	s.prevCurrent = prev != nil && p.cp != nil && bytes.Equal(prev.data, p.cp)
 	if p.cp != nil {
 		s.recovery.From, s.recovery.Seq = p.from, p.cpSeq
 	}
@@ -385,7 +495,7 @@ func (s *StateDB) ensureBuckets() error {
 // (which it closes): the damaged file is kept in quarantine, the new one
 // written beside it, fsynced, then renamed over it. A crash before the
 // rename leaves the old file, and the next start does it again.
-func (s *StateDB) rebuild(old *os.File, p statePlan, quarantine string) error {
+func (s *StateDB) rebuild(old *os.File, p statePlan, prev *prevCheckpoint, quarantine string) error {
 	rec := &s.recovery
 	defer old.Close()
 	if fi, err := old.Stat(); err == nil && fi.Size() > 0 {
@@ -426,14 +536,20 @@ func (s *StateDB) rebuild(old *os.File, p statePlan, quarantine string) error {
 		return err
 	}
 	var werr error
+	ahead := p.ahead
 	if p.source >= 0 {
 		w := p.file.walk(p.file.metas[p.source], func(bucket, k, v []byte) {
 			if string(bucket) != string(bucketWindows) || werr != nil {
 				return
 			}
-			if _, err := checkWindowState(k, v); err != nil {
+			tag, err := checkWindowState(k, v)
+			if err != nil {
 				rec.WindowsDropped++
 				return
+			}
+			if tag > p.limit {
+				rec.WindowsAhead++
+				ahead = aheadMark{set: true, from: p.limit, until: max(ahead.until, tag)}
 			}
 			rec.WindowsKept++
 			batch = append(batch, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
@@ -450,8 +566,14 @@ func (s *StateDB) rebuild(old *os.File, p statePlan, quarantine string) error {
 		return fail(werr)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if ahead.set {
+			if err := b.Put(keyAhead, encodeAhead(ahead)); err != nil {
+				return err
+			}
+		}
 		if p.cp != nil {
-			return tx.Bucket(bucketMeta).Put(keyCheckpoint, p.cp)
+			return b.Put(keyCheckpoint, p.cp)
 		}
 		return nil
 	})
@@ -471,6 +593,8 @@ func (s *StateDB) rebuild(old *os.File, p statePlan, quarantine string) error {
 		rec.WindowsDropped = p.dropAll
 	}
 	rec.WindowsLost = p.source < 0 || rec.WindowsDropped > 0 || rec.DamagedPages > 0
+	s.hasCP, s.ahead = p.cp != nil, ahead
+	s.prevCurrent = prev != nil && p.cp != nil && bytes.Equal(prev.data, p.cp)
 	return nil
 }
 
@@ -491,7 +615,7 @@ func (s *StateDB) quarantine(path, dir string, rec *Recovery) {
 		}
 		n := 0
 		for _, e := range kept {
-			if strings.HasPrefix(e.Name(), "state.db.") {
+			if strings.HasPrefix(e.Name(), "state.db.") || strings.HasPrefix(e.Name(), PreviousName+".") {
 				n++
 			}
 		}
@@ -545,6 +669,60 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// prevCheckpoint is the content of checkpoint.prev.
+type prevCheckpoint struct {
+	data []byte
+	seq  uint64
+}
+
+// prevDamage is a checkpoint.prev that exists but cannot be used.
+type prevDamage struct{ err error }
+
+func (e *prevDamage) Error() string { return e.err.Error() }
+
+// readPrevious reads checkpoint.prev: nil if there is none, a *prevDamage
+// if it fails its checksum.
+func readPrevious(path string) (*prevCheckpoint, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	seq, err := checkpointSeq(b)
+	if err != nil {
+		return nil, &prevDamage{err}
+	}
+	return &prevCheckpoint{data: b, seq: seq}, nil
+}
+
+// writeFileDurable replaces path with data: written to path.tmp, fsynced,
+// renamed, and the directory fsynced. A crash leaves the old file or the
+// new one, never a part.
+func writeFileDurable(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
 // Windows returns the number of closed windows stored.
 func (s *StateDB) Windows() (int, error) {
 	var n int
@@ -581,8 +759,12 @@ func (s *StateDB) ClearWindows() error {
 
 // Commit writes a checkpoint (of journal sequence seq) with the
 // aggregator's changed windows and deletes the windows past their horizon,
-// in one transaction (fsynced).
+// in one transaction (fsynced). Before that, the checkpoint it replaces is
+// written to checkpoint.prev (once).
 func (s *StateDB) Commit(seq uint64, cp []byte, agg *aggregate.Aggregator) (written, deleted int, err error) {
+	if err := s.keepPrevious(); err != nil {
+		return 0, 0, err
+	}
 	defer func() {
 		if r := recover(); r != nil { // a page damaged since the start; the next start repairs it
 			err = fmt.Errorf("write state %s: %v", s.Path, r)
@@ -626,14 +808,45 @@ func (s *StateDB) Commit(seq uint64, cp []byte, agg *aggregate.Aggregator) (writ
 			}
 		}
 		deleted = len(expired)
-		return tx.Bucket(bucketMeta).Put(keyCheckpoint, cp)
+		m := tx.Bucket(bucketMeta)
+		if err := m.Delete(keyAhead); err != nil { // the replay is over
+			return err
+		}
+		return m.Put(keyCheckpoint, cp)
 	})
+	if err == nil {
+		s.hasCP, s.prevCurrent, s.ahead = true, false, aheadMark{}
+	}
 	return written, deleted, err
 }
 
+// keepPrevious writes the file's checkpoint to checkpoint.prev, unless it
+// is there already, before a commit replaces it.
+func (s *StateDB) keepPrevious() error {
+	if !s.hasCP || s.prevCurrent {
+		return nil
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return writeFileDurable(s.prevPath, tx.Bucket(bucketMeta).Get(keyCheckpoint))
+	})
+	if err != nil {
+		return fmt.Errorf("keep previous checkpoint in %s: %w", s.prevPath, err)
+	}
+	s.prevCurrent = true
+	return nil
+}
+
+var errWindowAhead = errors.New("closed window stored by a checkpoint the replay has not reached")
+
+// EndReplay says that the replay is over: from now on Load hands out
+// every stored window (see aheadMark), even one written by a checkpoint
+// beyond the end of the journal.
+func (s *StateDB) EndReplay() { s.ahead = aheadMark{} }
+
 // Load implements aggregate.Store. A panic or memory fault from a damaged
 // page is turned into an error (the reading is then counted as
-// late_state_evicted), as is a window that fails its checksum.
+// late_state_evicted), as is a window that fails its checksum or that the
+// replay may not have yet (aheadMark).
 func (s *StateDB) Load(dev, metric string, start int64) (w aggregate.WindowState, found bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -647,9 +860,11 @@ func (s *StateDB) Load(dev, metric string, start int64) (w aggregate.WindowState
 		if v == nil {
 			return nil
 		}
-		var derr error
-		_, w, derr = decodeWindowState(key, v)
-		found = derr == nil
+		tag, sw, derr := decodeWindowState(key, v)
+		if derr == nil && s.ahead.set && tag > s.ahead.from && s.position != nil && s.position() <= tag {
+			derr = errWindowAhead
+		}
+		w, found = sw, derr == nil
 		return derr
 	})
 	return w, found, err
@@ -764,4 +979,24 @@ func decodeWindowState(key, v []byte) (tag uint64, w aggregate.WindowState, err 
 		return 0, w, errWindowState
 	}
 	return tag, w, nil
+}
+
+// encodeAhead is the value of ahead: version 1, uvarint from, uvarint
+// until, CRC-32C.
+func encodeAhead(a aheadMark) []byte {
+	b := binary.AppendUvarint([]byte{1}, a.from)
+	b = binary.AppendUvarint(b, a.until)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeAhead(v []byte) (aheadMark, error) {
+	if len(v) < 7 || v[0] != 1 || crc32.Checksum(v[:len(v)-4], castagnoli) != binary.LittleEndian.Uint32(v[len(v)-4:]) {
+		return aheadMark{}, errors.New("damaged ahead")
+	}
+	r := reader{b: v[1 : len(v)-4], ok: true}
+	a := aheadMark{set: true, from: r.uvarint(), until: r.uvarint()}
+	if !r.ok || len(r.b) != 0 {
+		return aheadMark{}, errors.New("damaged ahead")
+	}
+	return a, nil
 }

@@ -105,10 +105,10 @@ func dumpWindows(t testing.TB, s *StateDB) map[string]aggregate.WindowState {
 	return out
 }
 
-// copy copies the files of h.dir to a new directory.
+// copyDir copies the files of h.dir to a new directory.
 func (h *stateHistory) copy(t *testing.T) string {
 	dir := t.TempDir()
-	for _, name := range []string{"state.db"} {
+	for _, name := range []string{"state.db", PreviousName} {
 		b, err := os.ReadFile(filepath.Join(h.dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -273,7 +273,7 @@ func TestStateDamage(t *testing.T) {
 		"both meta pages": {func(t *testing.T, h *stateHistory, _ string, b []byte, _ []StatePage) {
 			b[16] ^= 1
 			b[os.Getpagesize()+16] ^= 1
-		}, 0, 0, false, true},
+		}, previous, 0, false, true},
 		// Pages the last checkpoint wrote: the tree before it is whole.
 		"root page: header names another page":        {flip(hdrID, kind("leaf", "", true, false)), previous, previous, true, true},
 		"root page: type":                             {flip(hdrFlags, kind("leaf", "", true, false)), previous, previous, true, true},
@@ -295,15 +295,25 @@ func TestStateDamage(t *testing.T) {
 		// Pages bbolt does not read.
 		"free page":                 {flip(hdrFlags, kind("free", "", false, false)), newest, newest, true, false},
 		"page of the previous tree": {flip(hdrID, kind("leaf", "windows", false, true)), newest, newest, true, false},
-		// Both checkpoints in state.db: the journal alone.
+		// Both checkpoints in state.db: checkpoint.prev, with the windows
+		// (those the newest checkpoint wrote are ahead of it).
 		"both checkpoints in state.db": {func(t *testing.T, h *stateHistory, _ string, b []byte, _ []StatePage) {
 			flipIn(t, b, h.cps[newest])
 			flipIn(t, b, h.cps[previous])
-		}, 0, 0, false, true},
+		}, previous, newest, true, true},
 		"state.db truncated to one page": {func(t *testing.T, _ *stateHistory, dir string, b []byte, _ []StatePage) {
 			if err := os.Truncate(filepath.Join(dir, "state.db"), int64(os.Getpagesize())); err != nil {
 				t.Fatal(err)
 			}
+		}, previous, 0, false, true},
+		"checkpoint.prev only": {func(t *testing.T, _ *stateHistory, dir string, _ []byte, _ []StatePage) {
+			damageFile(t, filepath.Join(dir, PreviousName))
+		}, newest, newest, true, false},
+		// Nothing left: the journal alone.
+		"every checkpoint": {func(t *testing.T, h *stateHistory, dir string, b []byte, _ []StatePage) {
+			flipIn(t, b, h.cps[newest])
+			flipIn(t, b, h.cps[previous])
+			damageFile(t, filepath.Join(dir, PreviousName))
 		}, 0, 0, false, true},
 	}
 	pages, err := StatePages(filepath.Join(h.dir, "state.db"))
@@ -372,6 +382,18 @@ func TestStateDamage(t *testing.T) {
 	}
 }
 
+// damageFile flips a byte in the middle of the file at path.
+func damageFile(t *testing.T, path string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x5a
+	if err := os.WriteFile(path, b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestWindowValue: a stored window carries the checkpoint that wrote it
 // and a checksum over its key and value; values written before (version
 // 1, no checksum) still read.
@@ -401,6 +423,69 @@ func TestWindowValue(t *testing.T) {
 	}
 }
 
+// TestPreviousCheckpoint: each commit first keeps the checkpoint it
+// replaces in checkpoint.prev; a write of it that a crash interrupted
+// leaves the one before; a lost state.db is rebuilt from it.
+func TestPreviousCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	path, prev := filepath.Join(dir, "state.db"), filepath.Join(dir, PreviousName)
+	db, err := OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, _ := aggregate.New(aggregate.DefaultConfig(), time.Now, nil)
+	for seq := uint64(1); seq <= 3; seq++ {
+		if _, _, err := db.Commit(seq, testCheckpoint(seq), agg); err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(prev)
+		switch {
+		case seq == 1 && !os.IsNotExist(err):
+			t.Errorf("after the first checkpoint, %s exists (%v)", PreviousName, err)
+		case seq > 1 && !bytes.Equal(b, testCheckpoint(seq-1)):
+			t.Errorf("after checkpoint %d, %s = %q, %v; want checkpoint %d", seq, PreviousName, b, err, seq-1)
+		}
+	}
+	db.Close()
+	// A crash in the middle of the next write: the temporary file is
+	// left, never renamed.
+	if err := os.WriteFile(prev+".tmp", []byte("EGCP half"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	db, err = OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec := db.Recovery(); rec.Damage != "" || rec.From != "state.db" || rec.Seq != 3 {
+		t.Errorf("recovery %+v, want checkpoint 3 from state.db", rec)
+	}
+	if _, err := os.Stat(prev + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("leftover %s.tmp not removed: %v", PreviousName, err)
+	}
+	// A second commit after a restart does not write checkpoint.prev
+	// again for the same checkpoint.
+	if _, _, err := db.Commit(4, testCheckpoint(4), agg); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if b, _ := os.ReadFile(prev); !bytes.Equal(b, testCheckpoint(3)) {
+		t.Errorf("%s = %q, want checkpoint 3", PreviousName, b)
+	}
+	// state.db lost: rebuilt from checkpoint.prev.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	db, err = OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rec := db.Recovery()
+	if cp, _ := db.Checkpoint(); !bytes.Equal(cp, testCheckpoint(3)) || !rec.Rebuilt || rec.From != PreviousName || !rec.WindowsLost {
+		t.Errorf("state.db lost: checkpoint %q, recovery %+v; want checkpoint 3 from %s", cp, rec, PreviousName)
+	}
+}
+
 // TestQuarantineBounded: damaged state files are kept in quarantine, at
 // most maxQuarantinedState of them.
 func TestQuarantineBounded(t *testing.T) {
@@ -423,4 +508,90 @@ func TestQuarantineBounded(t *testing.T) {
 	if kept, _ := os.ReadDir(qdir); len(kept) != maxQuarantinedState {
 		t.Errorf("%d files in quarantine, want %d", len(kept), maxQuarantinedState)
 	}
+}
+
+// TestAheadWindows: when the state starts from checkpoint.prev, the
+// windows the newest checkpoint wrote are kept but refused to the replay
+// until it has passed that checkpoint (they already hold its events), also
+// after a restart before the next commit; after the replay, or that
+// commit, they are used as stored.
+func TestAheadWindows(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	db, err := OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	cfg := aggregate.DefaultConfig()
+	agg, _ := aggregate.New(cfg, func() time.Time { return now }, nil)
+	agg.SetStore(db)
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	add := func(at time.Time, v float64) {
+		agg.Add(aggregate.Reading{Device: "d", Metric: "m", Time: at, Value: v})
+	}
+	now = t0.Add(10 * time.Second)
+	add(now, 1)
+	now = t0.Add(70 * time.Second)
+	add(now, 2) // closes minute 0
+	cps := map[uint64][]byte{}
+	commit := func(seq uint64) {
+		cps[seq] = (&Checkpoint{Seq: seq, Clock: now.UnixNano(), Snapshot: agg.AppendSnapshot}).Encode()
+		if _, _, err := db.Commit(seq, cps[seq], agg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(10)
+	now = t0.Add(130 * time.Second)
+	add(now, 3)                    // closes minute 1
+	add(t0.Add(20*time.Second), 4) // revises minute 0
+	commit(20)
+	db.Close()
+
+	b, _ := os.ReadFile(path)
+	for _, cp := range cps {
+		flipIn(t, b, cp)
+	}
+	os.WriteFile(path, b, 0o640)
+	var pos uint64
+	open := func() *StateDB {
+		db, err := OpenStateDB(path, StateOptions{Position: func() uint64 { return pos }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}
+	db = open()
+	if rec := db.Recovery(); rec.From != PreviousName || rec.Seq != 10 || rec.WindowsAhead != 2 || rec.WindowsKept != 2 || rec.WindowsLost {
+		t.Fatalf("recovery %+v; want checkpoint 10 from %s, both windows kept, ahead of it", rec, PreviousName)
+	}
+	load := func(db *StateDB, minute int) (aggregate.WindowState, bool, error) {
+		return db.Load("d", "m", t0.Add(time.Duration(minute)*time.Minute).UnixNano())
+	}
+	check := func(db *StateDB, at uint64, wantRefused bool) {
+		t.Helper()
+		pos = at
+		w, ok, err := load(db, 0)
+		if wantRefused != (err != nil) || !wantRefused && (!ok || w.Count != 2 || w.Sum != 5) {
+			t.Errorf("replay at %d: minute 0 = %+v, %v, %v; refused: want %v", at, w, ok, err, wantRefused)
+		}
+	}
+	check(db, 11, true)
+	check(db, 20, true) // the checkpoint's own event is in it
+	check(db, 21, false)
+	db.Close()
+	db = open() // a restart before the next commit: still ahead
+	if rec := db.Recovery(); rec.Damage != "" || rec.Rebuilt {
+		t.Errorf("reopened: %+v", rec)
+	}
+	check(db, 15, true)
+	db.EndReplay()
+	check(db, 15, false)
+	if _, _, err := db.Commit(30, testCheckpoint(30), agg); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db = open()
+	defer db.Close()
+	check(db, 15, false) // the commit ended it for good
 }
