@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -485,6 +486,25 @@ func lateReadings(truth []sent) int {
 	return n
 }
 
+// windowOf decodes a state file's window key: the start (8 bytes, sign
+// flipped), then device and metric (uvarint length and bytes).
+func windowOf(k []byte) (dev, metric string, start time.Time) {
+	start = time.Unix(0, int64(binary.BigEndian.Uint64(k)^(1<<63))).UTC()
+	k = k[8:]
+	n, l := binary.Uvarint(k)
+	dev, k = string(k[l:l+int(n)]), k[l+int(n):]
+	n, l = binary.Uvarint(k)
+	return dev, string(k[l : l+int(n)]), start
+}
+
+func keyOf(dev, metric string, start time.Time) []byte {
+	k := binary.BigEndian.AppendUint64(nil, uint64(start.UnixNano())^(1<<63))
+	k = binary.AppendUvarint(k, uint64(len(dev)))
+	k = append(k, dev...)
+	k = binary.AppendUvarint(k, uint64(len(metric)))
+	return append(k, metric...)
+}
+
 func nothingLost(string, string, time.Time) bool { return false }
 
 // TestStateDamageRecovery: a state file damaged in one page (or one
@@ -532,52 +552,71 @@ func TestStateDamageRecovery(t *testing.T) {
 		f.at(100)               // late for window 1, stored by cp2
 	}
 	cases := map[string]struct {
-		damage func(t *testing.T, dir string) (lost func(dev, metric string, start time.Time) bool)
-		lost   bool
+		damage   func(t *testing.T, dir string) (lost func(dev, metric string, start time.Time) bool)
+		lost     bool
+		rebuilds uint64
 	}{
 		// Pages the last checkpoint wrote: the transaction before is whole.
 		"root page: header names another page": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipPage(t, dir, 0, kindOf("leaf", "", true, false))
 			return nothingLost
-		}, false},
+		}, false, 1},
 		"windows branch page: type": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipPage(t, dir, 8, kindOf("branch", "windows", true, false))
 			return nothingLost
-		}, false},
+		}, false, 1},
 		"newest checkpoint fails its checksum": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipCheckpoint(t, dir, newest)
 			return nothingLost
-		}, false},
+		}, false, 1},
 		// bbolt uses the other meta page: the transaction before.
 		"newest meta page": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipPage(t, dir, 16, func(p journal.StatePage) bool { return p.NewestMeta })
 			return nothingLost
-		}, false},
+		}, false, 0},
 		"page only the transaction before reaches": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipPage(t, dir, 0, kindOf("leaf", "windows", false, true))
 			return nothingLost
-		}, false},
+		}, false, 0},
 		// Both checkpoints of state.db: checkpoint.prev and the journal
 		// from it.
 		"both checkpoints in state.db": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
 			flipCheckpoint(t, dir, newest)
 			flipCheckpoint(t, dir, previous)
 			return nothingLost
-		}, false},
+		}, false, 1},
+		// A page both trees share: its windows are lost, and the late
+		// readings for them refused rather than made a revision 0.
+		"shared windows leaf: type": {func(t *testing.T, dir string) func(string, string, time.Time) bool {
+			p := flipPage(t, dir, 8, func(p journal.StatePage) bool {
+				if !kindOf("leaf", "windows", true, true)(p) {
+					return false
+				}
+				dev, _, start := windowOf(p.First)
+				return start.Equal(f.base) && dev >= "dev-05" && dev < "dev-09"
+			})
+			return func(dev, metric string, start time.Time) bool {
+				k := keyOf(dev, metric, start)
+				return bytes.Compare(k, p.First) >= 0 && bytes.Compare(k, p.Last) <= 0
+			}
+		}, true, 1},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := copyTree(t, dir)
 			g := *f
 			g.truth, g.clients = append([]sent(nil), f.truth...), nil
-			finish(t, dir, &g, after, c.damage(t, dir), c.lost)
+			stats := finish(t, dir, &g, after, c.damage(t, dir), c.lost)
+			if stats.Journal.StateRebuilds != c.rebuilds {
+				t.Errorf("%d state rebuilds, want %d (%s)", stats.Journal.StateRebuilds, c.rebuilds, stats.Journal.StateRecovery)
+			}
 		})
 	}
 }
 
 // TestStateDamageJournalOnly: every checkpoint unusable (both in state.db,
 // and checkpoint.prev): the journal, whole since the first run, rebuilds
-// the state.
+// the state, and the gateway says so.
 func TestStateDamageJournalOnly(t *testing.T) {
 	f := &fleet{base: time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)}
 	dir := history(t, f, func(c *gatewayChild) {
@@ -607,11 +646,14 @@ func TestStateDamageJournalOnly(t *testing.T) {
 		t.Fatalf("%d root pages, want the two transactions'", roots)
 	}
 	flipAt(t, filepath.Join(dir, "state", journal.PreviousName), 100)
-	finish(t, dir, f, func(f *fleet) {
+	stats := finish(t, dir, f, func(f *fleet) {
 		f.at(150)
 		f.at(30, 3, 4, 5)
 		f.at(90)
 	}, nothingLost, false)
+	if stats.Journal.StateRebuilds != 1 || !strings.Contains(stats.Journal.StateRecovery, "no checkpoint") {
+		t.Errorf("%d state rebuilds: %q; want one, from no checkpoint", stats.Journal.StateRebuilds, stats.Journal.StateRecovery)
+	}
 	if q, _ := filepath.Glob(filepath.Join(dir, "quarantine", "*")); len(q) != 2 {
 		t.Errorf("quarantine holds %v; want the damaged state.db and checkpoint.prev", q)
 	}

@@ -41,8 +41,9 @@ type StateDB struct {
 	prevPath string
 	log      *slog.Logger
 
-	hasCP       bool // the file holds a checkpoint
-	prevCurrent bool // checkpoint.prev holds the file's checkpoint already
+	hasCP       bool  // the file holds a checkpoint
+	prevCurrent bool  // checkpoint.prev holds the file's checkpoint already
+	lostBefore  int64 // windows starting before this were lost if not found (math.MinInt64: none)
 	ahead       aheadMark
 	position    func() uint64
 	recovery    Recovery
@@ -64,6 +65,7 @@ var (
 	bucketMeta    = []byte("meta")
 	bucketWindows = []byte("windows")
 	keyCheckpoint = []byte("checkpoint")
+	keyLost       = []byte("lost_before")
 	keyAhead      = []byte("ahead")
 )
 
@@ -170,7 +172,7 @@ func OpenStateDB(path string, opts StateOptions) (*StateDB, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	dir := filepath.Dir(path)
-	s := &StateDB{Path: path, prevPath: filepath.Join(dir, PreviousName), log: log, position: opts.Position}
+	s := &StateDB{Path: path, prevPath: filepath.Join(dir, PreviousName), log: log, lostBefore: math.MinInt64, position: opts.Position}
 	f, err := openLocked(path, 2*time.Second)
 	if errors.Is(err, errLocked) {
 		return nil, fmt.Errorf("open state %s: locked by another process (is another edgegate running on this data_dir?)", path)
@@ -272,6 +274,7 @@ type statePlan struct {
 	cpSeq   uint64
 	from    string
 	limit   uint64 // windows written by a checkpoint after this one are ahead of it
+	lost    int64  // lost_before carried over
 	ahead   aheadMark
 	dropAll int // windows readable in the file, when none is kept
 }
@@ -286,6 +289,7 @@ type treeSummary struct {
 	hasCP      bool
 	windows    int
 	badWindows int
+	lost       int64
 	ahead      aheadMark
 	unknown    []string
 }
@@ -320,7 +324,7 @@ func (t *treeSummary) problem() string {
 }
 
 func inspect(f *boltFile, meta int) *treeSummary {
-	t := &treeSummary{meta: meta}
+	t := &treeSummary{meta: meta, lost: math.MinInt64}
 	t.walk = f.walk(f.metas[meta], func(bucket, k, v []byte) {
 		if string(bucket) == string(bucketWindows) {
 			t.windows++
@@ -334,6 +338,12 @@ func inspect(f *boltFile, meta int) *treeSummary {
 			t.hasCP = true
 			if t.cpSeq, t.cpErr = checkpointSeq(v); t.cpErr == nil {
 				t.cp = bytes.Clone(v)
+			}
+		case string(keyLost):
+			if l, err := decodeLost(v); err == nil {
+				t.lost = l
+			} else {
+				t.unknown = append(t.unknown, string(k)+" (damaged)")
 			}
 		case string(keyAhead):
 			if a, err := decodeAhead(v); err == nil {
@@ -355,10 +365,10 @@ func inspect(f *boltFile, meta int) *treeSummary {
 // planState inspects the state file f of size bytes and decides what to
 // make of it (see OpenStateDB), recording damage in rec.
 func planState(f io.ReaderAt, size int64, prev *prevCheckpoint, rec *Recovery) statePlan {
-	none := statePlan{source: -1}
+	none := statePlan{source: -1, lost: math.MinInt64}
 	if size == 0 {
 		if prev == nil {
-			return statePlan{inPlace: true, source: -1} // a new file
+			return statePlan{inPlace: true, source: -1, lost: math.MinInt64} // a new file
 		}
 		rec.damage("state file is empty or missing, but %s holds checkpoint %d", PreviousName, prev.seq)
 		none.cp, none.cpSeq, none.from, none.limit = prev.data, prev.seq, PreviousName, prev.seq
@@ -374,7 +384,7 @@ func planState(f io.ReaderAt, size int64, prev *prevCheckpoint, rec *Recovery) s
 		if cur.clean() {
 			if cur.hasCP || prev == nil {
 				return statePlan{inPlace: true, file: bf, source: bf.cur, cp: cur.cp, cpSeq: cur.cpSeq, from: "state.db", limit: cur.cpSeq,
-					ahead: cur.ahead}
+					lost: cur.lost, ahead: cur.ahead}
 			}
 			rec.damage("state file holds no checkpoint, but %s holds checkpoint %d (was state.db replaced?)", PreviousName, prev.seq)
 		} else {
@@ -393,6 +403,9 @@ func planState(f io.ReaderAt, size int64, prev *prevCheckpoint, rec *Recovery) s
 		return "state.db (previous transaction)"
 	}
 	p := none
+	for _, t := range trees {
+		p.lost = max(p.lost, t.lost)
+	}
 	// A whole tree, newest checkpoint first.
 	var best *treeSummary
 	for _, t := range trees {
@@ -455,7 +468,7 @@ func (s *StateDB) openInPlace(f *os.File, p statePlan, prev *prevCheckpoint) err
 		db.Close()
 		return err
 	}
-	s.hasCP = p.cp != nil
+	s.hasCP, s.lostBefore = p.cp != nil, p.lost
 	if p.ahead.set && p.ahead.from == p.cpSeq {
 		s.ahead = p.ahead
 	}
@@ -567,6 +580,11 @@ func (s *StateDB) rebuild(old *os.File, p statePlan, prev *prevCheckpoint, quara
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketMeta)
+		if p.lost != math.MinInt64 {
+			if err := b.Put(keyLost, encodeLost(p.lost)); err != nil {
+				return err
+			}
+		}
 		if ahead.set {
 			if err := b.Put(keyAhead, encodeAhead(ahead)); err != nil {
 				return err
@@ -593,7 +611,7 @@ func (s *StateDB) rebuild(old *os.File, p statePlan, prev *prevCheckpoint, quara
 		rec.WindowsDropped = p.dropAll
 	}
 	rec.WindowsLost = p.source < 0 || rec.WindowsDropped > 0 || rec.DamagedPages > 0
-	s.hasCP, s.ahead = p.cp != nil, ahead
+	s.hasCP, s.lostBefore, s.ahead = p.cp != nil, p.lost, ahead
 	s.prevCurrent = prev != nil && p.cp != nil && bytes.Equal(prev.data, p.cp)
 	return nil
 }
@@ -757,6 +775,26 @@ func (s *StateDB) ClearWindows() error {
 	})
 }
 
+// MarkLost records that closed windows starting before before (Unix ns)
+// may be missing from the file (it was damaged or lost): from then on Load
+// reports such a window, when it does not find it, as an error rather
+// than as never closed, so that a late reading is refused
+// (late_state_evicted) instead of starting a revision 0 that would
+// contradict the summaries sent.
+func (s *StateDB) MarkLost(before int64) error {
+	if before <= s.lostBefore {
+		return nil
+	}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(keyLost, encodeLost(before))
+	})
+	if err != nil {
+		return fmt.Errorf("write state %s: %w", s.Path, err)
+	}
+	s.lostBefore = before
+	return nil
+}
+
 // Commit writes a checkpoint (of journal sequence seq) with the
 // aggregator's changed windows and deletes the windows past their horizon,
 // in one transaction (fsynced). Before that, the checkpoint it replaces is
@@ -836,7 +874,10 @@ func (s *StateDB) keepPrevious() error {
 	return nil
 }
 
-var errWindowAhead = errors.New("closed window stored by a checkpoint the replay has not reached")
+var (
+	errWindowLost  = errors.New("closed window lost with a damaged state file")
+	errWindowAhead = errors.New("closed window stored by a checkpoint the replay has not reached")
+)
 
 // EndReplay says that the replay is over: from now on Load hands out
 // every stored window (see aheadMark), even one written by a checkpoint
@@ -845,8 +886,9 @@ func (s *StateDB) EndReplay() { s.ahead = aheadMark{} }
 
 // Load implements aggregate.Store. A panic or memory fault from a damaged
 // page is turned into an error (the reading is then counted as
-// late_state_evicted), as is a window that fails its checksum or that the
-// replay may not have yet (aheadMark).
+// late_state_evicted), as is a window that fails its checksum, that the
+// replay may not have yet (aheadMark), or that MarkLost says may have been
+// lost.
 func (s *StateDB) Load(dev, metric string, start int64) (w aggregate.WindowState, found bool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -867,6 +909,9 @@ func (s *StateDB) Load(dev, metric string, start int64) (w aggregate.WindowState
 		w, found = sw, derr == nil
 		return derr
 	})
+	if err == nil && !found && start < s.lostBefore {
+		err = errWindowLost
+	}
 	return w, found, err
 }
 
@@ -999,4 +1044,22 @@ func decodeAhead(v []byte) (aheadMark, error) {
 		return aheadMark{}, errors.New("damaged ahead")
 	}
 	return a, nil
+}
+
+// encodeLost is the value of lost_before: version 1, varint, CRC-32C.
+func encodeLost(before int64) []byte {
+	b := binary.AppendVarint([]byte{1}, before)
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+func decodeLost(v []byte) (int64, error) {
+	if len(v) < 6 || v[0] != 1 || crc32.Checksum(v[:len(v)-4], castagnoli) != binary.LittleEndian.Uint32(v[len(v)-4:]) {
+		return 0, errors.New("damaged lost_before")
+	}
+	r := reader{b: v[1 : len(v)-4], ok: true}
+	l := r.varint()
+	if !r.ok || len(r.b) != 0 {
+		return 0, errors.New("damaged lost_before")
+	}
+	return l, nil
 }

@@ -486,6 +486,39 @@ func TestPreviousCheckpoint(t *testing.T) {
 	}
 }
 
+// TestMarkLost: once the state file says windows before a time may be
+// lost, a window before it that is not found is an error (the reading is
+// refused, not made a revision 0), across restarts; one after it is
+// simply not found.
+func TestMarkLost(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	db, err := OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := db.Load("d", "m", 0); ok || err != nil {
+		t.Errorf("nothing stored: %v %v", ok, err)
+	}
+	if err := db.MarkLost(60e9); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db, err = OpenStateDB(path, StateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if rec := db.Recovery(); rec.Damage != "" {
+		t.Errorf("reopened: %+v", rec)
+	}
+	if _, ok, err := db.Load("d", "m", 0); ok || err == nil {
+		t.Errorf("window before the bound: found %v, err %v; want an error", ok, err)
+	}
+	if _, ok, err := db.Load("d", "m", 60e9); ok || err != nil {
+		t.Errorf("window at the bound: found %v, err %v; want not found", ok, err)
+	}
+}
+
 // TestQuarantineBounded: damaged state files are kept in quarantine, at
 // most maxQuarantinedState of them.
 func TestQuarantineBounded(t *testing.T) {
