@@ -31,7 +31,7 @@ help:
 	@echo "make bench-footprint  mosquitto, plain mochi and edgegate on the same loads: CPU per reading,"
 	@echo "             peak and idle RSS, PUBACK p50/p99, with ratios (about 10 min; needs mosquitto)"
 	@echo "make bench-footprint-short  the same, one round of short runs (under a minute)"
-	@echo "make fuzz    fuzz the payload decoders (JSON, Sparkplug B), the live MQTT listener and queue recovery, FUZZTIME each (default 60s)"
+	@echo "make fuzz    fuzz the payload decoders (JSON, Sparkplug B), the live MQTT listener, queue recovery and the state file check, FUZZTIME each (default 60s)"
 	@echo "make cross   static stripped release binaries for linux arm v6, arm v7, arm64 into $(DIST)/;"
 	@echo "             prints their sizes, fails if armv7 is over ARMV7_BUDGET_MIB (12)"
 	@echo "make deb     .deb packages (armhf, arm64, amd64) with a systemd unit, into $(DIST)/"
@@ -91,6 +91,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzSparkplug -fuzztime $(FUZZTIME) ./gateway/payload
 	$(GO) test -run '^$$' -fuzz FuzzListener -fuzztime $(FUZZTIME) ./gateway
 	$(GO) test -run '^$$' -fuzz FuzzRecover -fuzztime $(FUZZTIME) ./bridge/queue
+	$(GO) test -run '^$$' -fuzz FuzzStateFile -fuzztime $(FUZZTIME) ./gateway/journal
 
 # The stripped armv7 release build may take this many MiB; make cross
 # fails above it. (go tool nm -size -sort size on an unstripped build, and

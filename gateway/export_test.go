@@ -14,6 +14,15 @@ func (g *Gateway) State() *journal.StateDB                { return g.state }
 func (g *Gateway) Publishes() uint64                      { return g.publishes.Load() }
 func (g *Gateway) Replayed() uint64                       { return g.replayed.Load() }
 
+// Tick journals an idle-close tick and waits until it is durable.
+func (g *Gateway) Tick() error {
+	b, err := g.j.Clock(journal.KindTick)
+	if err != nil {
+		return err
+	}
+	return b.Wait()
+}
+
 // CloseFiles closes the journal and state file and the broker's listeners
 // of a gateway that was never run.
 func (g *Gateway) CloseFiles() {

@@ -73,15 +73,17 @@ type Gateway struct {
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
 
-	rejected   [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
-	publishes  atomic.Uint64             // publications on reading topics
-	duplicates atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
-	notAllowed atomic.Uint64             // readings naming a device their publisher may not publish for
-	badEvents  atomic.Uint64             // journal records that could not be decoded
-	suppressed atomic.Uint64             // outputs not made again during replay
-	replayed   atomic.Uint64             // journal events replayed at start
-	cpFailures atomic.Uint64             // checkpoints that could not be written
-	logLimiter lograte.Limiter
+	rejected      [numReasons]atomic.Uint64 // payloads or items refused by the decoder, by reason
+	publishes     atomic.Uint64             // publications on reading topics
+	duplicates    atomic.Uint64             // QoS 1/2 resends of journaled publications, not counted again
+	notAllowed    atomic.Uint64             // readings naming a device their publisher may not publish for
+	badEvents     atomic.Uint64             // journal records that could not be decoded
+	suppressed    atomic.Uint64             // outputs not made again during replay
+	replayed      atomic.Uint64             // journal events replayed at start
+	cpFailures    atomic.Uint64             // checkpoints that could not be written
+	stateRebuilds atomic.Uint64             // state files rebuilt at start
+	stateRecovery atomic.Value              // string: what the rebuild found and did
+	logLimiter    lograte.Limiter
 }
 
 // New opens the ingest journal in o.DataDir, rebuilds the state from the
@@ -180,8 +182,15 @@ func (g *Gateway) recover() error {
 	if err := queue.MkdirDurable(stateDir); err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
 	}
-	if g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"), g.log); err != nil {
+	g.state, err = journal.OpenStateDB(filepath.Join(stateDir, "state.db"),
+		journal.StateOptions{Log: g.log, Quarantine: filepath.Join(dir, "quarantine"), Position: func() uint64 { return g.applied }})
+	if err != nil {
 		return fmt.Errorf("gateway.data_dir: %w", err)
+	}
+	rec := g.state.Recovery()
+	if rec.Rebuilt {
+		g.stateRebuilds.Add(1)
+		g.stateRecovery.Store(rec.String())
 	}
 	g.jlog, err = queue.Open(filepath.Join(dir, "ingest"), queue.Options{Logger: g.log.With("component", "journal")})
 	if err != nil {
@@ -240,16 +249,81 @@ func (g *Gateway) recover() error {
 		g.log.Error("ingest journal records missing before the replay start; their readings are lost",
 			"want_from", from, "journal_first", js.First)
 	}
+	if err := g.reportRebuild(rec, cp, js); err != nil {
+		return fail(err)
+	}
 	n, err := g.replay(from)
 	if err != nil {
 		return fail(err)
 	}
+	g.state.EndReplay()
 	if n > 0 || cp != nil || js.Truncated > 0 {
 		g.log.Info("state recovered", "checkpoint", g.lastCP, "replayed_events", n, "outputs_already_stored", g.suppressed.Load(),
 			"journal_truncated_bytes", js.Truncated, "open_windows", g.agg.OpenWindows(), "sessions", len(g.sessions),
 			"took", time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// reportRebuild logs what a rebuilt state file kept and lost, and, when
+// closed windows stored before the replay start may be missing, marks
+// them lost in the state file: a late reading for one of them is then
+// refused (late_state_evicted) rather than starting a revision 0 that
+// would contradict the summaries already sent. Windows are stored before
+// the checkpoint's clock (or, without one, the journal's first event)
+// plus aggregate.max_future_skew, how far ahead of the clock a device's
+// watermark, and so a closed window, can be.
+func (g *Gateway) reportRebuild(rec journal.Recovery, cp *journal.Checkpoint, js queue.Stats) error {
+	if !rec.Rebuilt {
+		if rec.Damage != "" {
+			g.log.Error("previous checkpoint unusable; set aside (the next checkpoint writes it again)",
+				"damage", rec.Damage, "quarantined", rec.Quarantined)
+		}
+		return nil
+	}
+	args := []any{"damage", rec.Damage, "quarantined", rec.Quarantined, "windows_kept", rec.WindowsKept,
+		"windows_newer_than_checkpoint", rec.WindowsAhead, "windows_dropped", rec.WindowsDropped, "damaged_window_pages", rec.DamagedPages}
+	if cp != nil {
+		args = append(args, "checkpoint", cp.Seq, "checkpoint_from", rec.From)
+	} else {
+		args = append(args, "checkpoint", "none: the state is rebuilt from the journal alone", "journal_first", js.First)
+	}
+	var at int64
+	switch {
+	case cp != nil:
+		at = cp.Clock
+	case js.First > 1:
+		if at = g.firstEventTime(js.First); at == 0 { // an empty journal
+			at = g.now().UnixNano()
+		}
+	}
+	if !rec.WindowsLost || at == 0 {
+		// Nothing lost, or the journal holds every event since the
+		// first: replaying it rebuilds every window.
+		g.log.Error("state file rebuilt; nothing acknowledged is lost", args...)
+		return nil
+	}
+	before := at + int64(g.opts.Aggregate.MaxFutureSkew)
+	args = append(args, "windows_lost_before", time.Unix(0, before).UTC())
+	g.log.Error("state file rebuilt; closed windows it held before windows_lost_before may be lost: "+
+		"late readings for those are refused (late_state_evicted) instead of revising them", args...)
+	if err := g.state.MarkLost(before); err != nil {
+		return fmt.Errorf("mark lost windows: %w", err)
+	}
+	return nil
+}
+
+// firstEventTime returns the time of the journal's record seq, 0 if it
+// cannot be read.
+func (g *Gateway) firstEventTime(seq uint64) int64 {
+	r := g.jlog.NewReader(seq)
+	defer r.Close()
+	if _, rec, err := r.Next(); err == nil {
+		if e, err := journal.DecodeEvent(rec); err == nil {
+			return e.At
+		}
+	}
+	return 0
 }
 
 // closeFiles closes the journal and the state file.
@@ -499,10 +573,11 @@ func (g *Gateway) checkpointDue() bool {
 
 // checkpoint makes the outputs so far durable, then writes the state as of
 // the latest applied event (and the closed windows changed since the last
-// checkpoint) in one transaction, then removes the journal segments no
-// longer needed. It holds the aggregator throughout, so that no window it
-// hands over can leave the RAM cache before it is on disk; acknowledgements
-// do not wait for it. An error is a failed disk: the process must stop.
+// checkpoint) in one transaction, then removes the journal segments before
+// the previous checkpoint. It holds the aggregator throughout, so that no
+// window it hands over can leave the RAM cache before it is on disk;
+// acknowledgements do not wait for it. An error is a failed disk: the
+// process must stop.
 func (g *Gateway) checkpoint() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -516,16 +591,21 @@ func (g *Gateway) checkpoint() error {
 	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs,
 		Sparkplug: g.sparkplugSnapshot()}
 	data := c.Encode()
-	windows, deleted, err := g.state.Commit(data, g.agg)
+	windows, deleted, err := g.state.Commit(c.Seq, data, g.agg)
 	if err != nil {
 		g.cpFailures.Add(1)
 		return fmt.Errorf("write checkpoint to %s: %w", g.state.Path, err)
 	}
+	// The journal is kept back to the checkpoint before this one (now in
+	// checkpoint.prev), which recovery uses if this one is damaged.
+	prev := g.lastCP
 	g.lastCP = c.Seq
 	g.cpWritten.Store(written)
-	g.cpSize.Store(int64(len(data) + 100*windows))
+	// The checkpoint is written twice: here, and as the previous one
+	// before the next.
+	g.cpSize.Store(int64(2*len(data) + 100*windows))
 	g.log.Debug("checkpoint written", "seq", c.Seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
-	if err := g.jlog.DropBefore(c.Seq + 1); err != nil {
+	if err := g.jlog.DropBefore(prev + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
 	}
 	return nil
@@ -581,7 +661,12 @@ type JournalStats struct {
 	Truncated          int64  // bytes cut from a torn journal tail at start
 	Lost               uint64 // records in damaged journal segments
 	BadRecords         uint64 // undecodable records skipped
-	FsyncLatency       journal.Histogram
+	// StateRebuilds counts state files (state/state.db) found damaged or
+	// lost at start and rebuilt; StateRecovery says what was found, what
+	// the state was rebuilt from, and what was kept and lost.
+	StateRebuilds uint64
+	StateRecovery string `json:",omitempty"`
+	FsyncLatency  journal.Histogram
 }
 
 // Stats returns a snapshot of the counters.
@@ -613,6 +698,8 @@ func (g *Gateway) Stats() Stats {
 	s.Journal.Bytes, s.Journal.Truncated, s.Journal.Lost = js.Bytes, js.Truncated, js.Lost
 	s.Journal.CheckpointFailures, s.Journal.Replayed = g.cpFailures.Load(), g.replayed.Load()
 	s.Journal.Suppressed, s.Journal.BadRecords = g.suppressed.Load(), g.badEvents.Load()
+	s.Journal.StateRebuilds = g.stateRebuilds.Load()
+	s.Journal.StateRecovery, _ = g.stateRecovery.Load().(string)
 	s.Duplicates = g.duplicates.Load()
 	s.NotAllowed = g.notAllowed.Load()
 	if g.sensors != nil {

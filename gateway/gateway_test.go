@@ -82,9 +82,15 @@ type stack struct {
 
 func startStack(t *testing.T, cfg *configs.Config, now func() time.Time) *stack {
 	t.Helper()
+	return startStackIn(t, cfg, now, t.TempDir())
+}
+
+// startStackIn is startStack with the forwarder's queue in outbound.
+func startStackIn(t *testing.T, cfg *configs.Config, now func() time.Time, outbound string) *stack {
+	t.Helper()
 	log := quietLog()
 	fwd, err := bridge.NewForwarder(bridge.Options{Gateway: cfg.Gateway.ID, SummariesTopic: cfg.Kafka.SummariesTopic,
-		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: t.TempDir()},
+		DeadletterTopic: cfg.Kafka.DeadletterTopic, Logger: log, Dir: outbound},
 		kafka.NewConnector(kafka.Options{Brokers: cfg.Kafka.Brokers, ClientID: "it",
 			TransactionalID: cfg.TransactionalID(), OffsetsTopic: cfg.Kafka.OffsetsTopic, PositionKey: cfg.Gateway.ID}))
 	if err != nil {

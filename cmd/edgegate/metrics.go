@@ -63,6 +63,7 @@ var (
 	mJournalBytes = desc("journal_bytes", "Bytes of the ingest journal on disk.")
 	mCPFailures   = desc("checkpoint_failures_total", "Checkpoints that could not be written.")
 	mReplayed     = desc("journal_replayed_events", "Journal events replayed at the last start.")
+	mRebuilds     = desc("state_rebuilds_total", "State files (state/state.db) found damaged or lost at start and rebuilt from what could be read, an older checkpoint and the journal; the log and /api/status say what was kept and lost.")
 	mFsync        = desc("journal_fsync_seconds", "Time taken by each fsync of the ingest journal.")
 	mOldest       = desc("queue_oldest_age_seconds", "How long the oldest undelivered record has been queued (to a second; records queued before the process started count from its start).")
 	mRefusedRecs  = desc("kafka_refused_total", "Records set aside instead of delivered: over kafka.max_record_bytes, or refused by Kafka for good (MESSAGE_TOO_LARGE, INVALID_RECORD, ...); kept in outbound/refused.")
@@ -150,6 +151,7 @@ func (c metricsCollector) collect(e *exposition) {
 	gauge(mJournalBytes, float64(g.Journal.Bytes))
 	counter(mCPFailures, float64(g.Journal.CheckpointFailures))
 	gauge(mReplayed, float64(g.Journal.Replayed))
+	counter(mRebuilds, float64(g.Journal.StateRebuilds))
 	h := g.Journal.FsyncLatency
 	e.histogram(mFsync, h.Count, h.Sum, h.Bounds, h.Counts)
 	gauge(mOldest, f.OldestAge.Seconds())

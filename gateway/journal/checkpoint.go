@@ -11,7 +11,7 @@ import (
 
 // A checkpoint is the gateway's state after the journal event at sequence
 // seq was applied, stored in state.db (see statedb.go) with the closed
-// windows it refers to:
+// windows it refers to, the one before it in checkpoint.prev:
 //
 //	magic "EGCP", version 1
 //	uvarint seq, varint clock (Unix ns)
@@ -148,7 +148,9 @@ func (c *Checkpoint) Encode() []byte {
 
 var errCheckpoint = errors.New("damaged checkpoint")
 
-func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+// checkpointBody checks a checkpoint's header and checksum and returns
+// what follows the version byte, up to the checksum.
+func checkpointBody(b []byte) ([]byte, error) {
 	if len(b) < len(checkpointMagic)+1+4 || string(b[:4]) != checkpointMagic {
 		return nil, fmt.Errorf("%w: no header", errCheckpoint)
 	}
@@ -159,7 +161,31 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	if body[4] != checkpointVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
-	r := reader{b: body[5:], ok: true}
+	return body[5:], nil
+}
+
+// checkpointSeq checks a checkpoint's header and checksum and returns its
+// sequence, without decoding the rest.
+func checkpointSeq(b []byte) (uint64, error) {
+	body, err := checkpointBody(b)
+	if err != nil {
+		return 0, err
+	}
+	seq, n := binary.Uvarint(body)
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: bad field", errCheckpoint)
+	}
+	return seq, nil
+}
+
+// DecodeCheckpoint decodes a checkpoint; one that fails its checksum or
+// is not exactly one well-formed checkpoint is an error.
+func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+	body, err := checkpointBody(b)
+	if err != nil {
+		return nil, err
+	}
+	r := reader{b: body, ok: true}
 	c := &Checkpoint{Sessions: map[string]Session{}, Rings: map[string]*Ring{}, AwaitRel: PIDSets{}, Subs: map[string]map[string]Subscription{}}
 	c.Seq = r.uvarint()
 	c.Clock = r.varint()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -157,7 +156,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 // file, and sets aside a file that is not a database.
 func TestStateDB(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state.db")
-	db, err := OpenStateDB(path, slog.New(slog.DiscardHandler))
+	db, err := OpenStateDB(path, StateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +174,7 @@ func TestStateDB(t *testing.T) {
 		now = t0.Add(time.Duration(m)*time.Minute + 10*time.Second)
 		agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: float64(m)})
 	}
-	written, deleted, err := db.Commit([]byte("cp1"), agg)
+	written, deleted, err := db.Commit(1, testCheckpoint(1), agg)
 	if err != nil || written != 3 || deleted != 0 {
 		t.Fatalf("commit: %d written, %d deleted, %v; want 3, 0", written, deleted, err)
 	}
@@ -191,7 +190,7 @@ func TestStateDB(t *testing.T) {
 	// At 7:30 (watermark 7:25) minutes 0 and 1 are beyond the lateness.
 	now = t0.Add(7*time.Minute + 30*time.Second)
 	agg.Add(aggregate.Reading{Device: "d", Metric: "t", Time: now, Value: 9})
-	written, deleted, err = db.Commit([]byte("cp2"), agg)
+	written, deleted, err = db.Commit(2, testCheckpoint(2), agg)
 	if err != nil || deleted != 2 {
 		t.Fatalf("second commit: %d written, %d deleted, %v; want minutes 0 and 1 deleted", written, deleted, err)
 	}
@@ -200,29 +199,41 @@ func TestStateDB(t *testing.T) {
 	}
 	db.Close()
 
-	db, err = OpenStateDB(path, slog.New(slog.DiscardHandler))
+	db, err = OpenStateDB(path, StateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cp, err := db.Checkpoint(); err != nil || string(cp) != "cp2" {
+	if cp, err := db.Checkpoint(); err != nil || !bytes.Equal(cp, testCheckpoint(2)) {
 		t.Errorf("reopened: checkpoint %q, %v", cp, err)
+	}
+	if prev, err := os.ReadFile(filepath.Join(filepath.Dir(path), PreviousName)); err != nil || !bytes.Equal(prev, testCheckpoint(1)) {
+		t.Errorf("%s = %q, %v; want the first checkpoint", PreviousName, prev, err)
 	}
 	if w, ok, _ := db.Load("d", "t", t0.Add(2*time.Minute).UnixNano()); !ok || w.Sum != 2 || w.Count != 1 {
 		t.Errorf("reopened: minute 2 = %+v, %v", w, ok)
 	}
 	db.Close()
 
+	// A file that is not a database: set aside, and the state is taken
+	// from the previous checkpoint.
 	os.WriteFile(path, bytes.Repeat([]byte("not a database "), 1000), 0o600)
-	db, err = OpenStateDB(path, slog.New(slog.DiscardHandler))
+	qdir := filepath.Join(t.TempDir(), "quarantine")
+	db, err = OpenStateDB(path, StateOptions{Quarantine: qdir})
 	if err != nil {
 		t.Fatalf("damaged state file: %v; want it set aside", err)
 	}
 	defer db.Close()
-	if cp, _ := db.Checkpoint(); cp != nil {
-		t.Error("fresh state file has a checkpoint")
+	if cp, _ := db.Checkpoint(); !bytes.Equal(cp, testCheckpoint(1)) {
+		t.Errorf("rebuilt state file has checkpoint %q, want the previous one", cp)
 	}
-	if m, _ := filepath.Glob(path + ".damaged-*"); len(m) != 1 {
-		t.Errorf("damaged file not set aside: %v", m)
+	rec := db.Recovery()
+	if !rec.Rebuilt || rec.From != PreviousName || rec.Seq != 1 || !rec.WindowsLost || len(rec.Quarantined) != 1 {
+		t.Errorf("recovery %+v", rec)
+	}
+	if m, _ := filepath.Glob(filepath.Join(qdir, "state.db.*")); len(m) != 1 {
+		t.Errorf("damaged file not kept in quarantine: %v", m)
+	} else if b, _ := os.ReadFile(m[0]); !bytes.HasPrefix(b, []byte("not a database ")) {
+		t.Errorf("quarantine holds %q, not the damaged file", b[:min(len(b), 20)])
 	}
 }
 
@@ -259,4 +270,9 @@ func TestCheckpointSections(t *testing.T) {
 			t.Fatalf("truncated checkpoint (%d of %d bytes) decoded", n, len(b))
 		}
 	}
+}
+
+// testCheckpoint is a checkpoint of journal sequence seq.
+func testCheckpoint(seq uint64) []byte {
+	return (&Checkpoint{Seq: seq, Clock: int64(seq)}).Encode()
 }
