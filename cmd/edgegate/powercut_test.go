@@ -44,6 +44,9 @@ var cutPoints = []cutPoint{
 	{name: "any instant"},
 	{name: "checkpoint (state.db written)", match: opIn(sdcard.OpWrite, "data/state/state.db")},
 	{name: "checkpoint (state.db synced)", match: opIn(sdcard.OpFsync, "data/state/state.db")},
+	{name: "checkpoint (the previous one kept)", match: func(op sdcard.Op) bool {
+		return op.Kind == sdcard.OpRename && op.To == "data/state/checkpoint.prev"
+	}},
 	{name: "journal segments dropped", atStart: true, match: opIn(sdcard.OpUnlink, "data/ingest/")},
 	{name: "queue segments dropped", atStart: true, match: opIn(sdcard.OpUnlink, "data/outbound/")},
 	{name: "delivery (position stored)", match: func(op sdcard.Op) bool {
