@@ -25,11 +25,27 @@ import (
 //	  client, uvarint n, then n uvarint packet ids
 //	uvarint count, then per client with subscriptions: client, uvarint n,
 //	  then n × (filter, flags byte, uvarint subscription identifier)
+//	version 2: the time line (TimeLine): boot, flags byte (bit 0
+//	  synchronized, bit 1 monotonic time valid), varint wall, varint
+//	  monotonic, varint elapsed, varint offset
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
-	checkpointVersion = 1
+	checkpointVersion = 2
 )
+
+// TimeLine is the applier's account of time after the checkpoint's event
+// (see package gateway): a function of the journal, checkpointed so that a
+// replay from the checkpoint goes on exactly as the first run did.
+type TimeLine struct {
+	Valid        bool   // false in version 1 checkpoints, which have none
+	Boot         string // of the latest clock event
+	Synchronized bool
+	HasMono      bool  // Mono is a monotonic time of this boot
+	Wall, Mono   int64 // of the latest event
+	Elapsed      int64 // elapsed time: advances by monotonic time only
+	Offset       int64 // gateway time minus wall time
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -63,6 +79,7 @@ type Checkpoint struct {
 	Rings    map[string]*Ring
 	AwaitRel PIDSets
 	Subs     map[string]map[string]Subscription
+	Time     TimeLine
 }
 
 func (c *Checkpoint) Encode() []byte {
@@ -129,6 +146,19 @@ func (c *Checkpoint) Encode() []byte {
 			b = binary.AppendUvarint(b, uint64(s.Identifier))
 		}
 	}
+	tl := c.Time
+	b = appendString(b, tl.Boot)
+	var flags byte
+	if tl.Synchronized {
+		flags |= 1
+	}
+	if tl.HasMono {
+		flags |= 2
+	}
+	b = append(b, flags)
+	for _, v := range [...]int64{tl.Wall, tl.Mono, tl.Elapsed, tl.Offset} {
+		b = binary.AppendVarint(b, v)
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -142,7 +172,8 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", errCheckpoint)
 	}
-	if body[4] != checkpointVersion {
+	version := body[4]
+	if version != 1 && version != checkpointVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
 	r := reader{b: body[5:], ok: true}
@@ -199,6 +230,17 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 			flags := r.byte()
 			c.Subs[id][f] = subscriptionOf(flags, int(r.uvarint()))
 		}
+	}
+	if version >= 2 {
+		tl := &c.Time
+		tl.Valid = true
+		tl.Boot = string(r.bytes())
+		flags := r.byte()
+		tl.Synchronized, tl.HasMono = flags&1 != 0, flags&2 != 0
+		if flags&^3 != 0 {
+			r.ok = false
+		}
+		tl.Wall, tl.Mono, tl.Elapsed, tl.Offset = r.varint(), r.varint(), r.varint(), r.varint()
 	}
 	if !r.ok || len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: bad field", errCheckpoint)
