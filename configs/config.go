@@ -207,7 +207,17 @@ type Aggregate struct {
 	IdleClose       Duration `yaml:"idle_close"`
 	AllowedLateness Duration `yaml:"allowed_lateness"`
 	MaxFutureSkew   Duration `yaml:"max_future_skew"`
-	MaxRetained     int      `yaml:"max_retained_windows"`
+	// UntrustedDeviceTime is what becomes of a reading its device stamped
+	// before any real reading can be (a clock that was never set, counting
+	// from 1970): "arrival" stamps it on arrival while the gateway's clock
+	// is synchronized and dead-letters it (device_clock_unset) while not;
+	// "deadletter" always dead-letters it.
+	UntrustedDeviceTime string `yaml:"untrusted_device_time"`
+	// MaxDeviceSkew: a device whose clock is off the gateway's
+	// synchronized clock by more than this for 5 minutes is reported
+	// (status page, edgegate_device_clock_skewed); 0 reports none.
+	MaxDeviceSkew Duration `yaml:"max_device_skew"`
+	MaxRetained   int      `yaml:"max_retained_windows"`
 	// MaxDevices, MaxSeries and MaxMetricsPerDevice bound the series (one
 	// per device and metric) the aggregator holds in RAM, so that no
 	// device, publishing any metric names it likes, can exhaust memory (and
@@ -443,6 +453,9 @@ func Default() Config {
 			MaxFutureSkew:   Duration(ac.MaxFutureSkew),
 			MaxRetained:     ac.MaxRetained,
 
+			UntrustedDeviceTime: "arrival",
+			MaxDeviceSkew:       Duration(ac.MaxDeviceSkew),
+
 			MaxDevices:          ac.MaxDevices,
 			MaxSeries:           ac.MaxSeries,
 			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
@@ -478,11 +491,19 @@ func (c *Config) AggregateConfig() aggregate.Config {
 		MaxFutureSkew:   c.Aggregate.MaxFutureSkew.D(),
 		MaxRetained:     c.Aggregate.MaxRetained,
 
+		TimeFloor:           aggregate.DefaultTimeFloor(),
+		UntrustedDeviceTime: untrustedPolicies[c.Aggregate.UntrustedDeviceTime],
+		MaxDeviceSkew:       c.Aggregate.MaxDeviceSkew.D(),
+		DeviceSkewPeriod:    aggregate.DefaultConfig().DeviceSkewPeriod,
+
 		MaxDevices:          c.Aggregate.MaxDevices,
 		MaxSeries:           c.Aggregate.MaxSeries,
 		MaxMetricsPerDevice: c.Aggregate.MaxMetricsPerDevice,
 	}
 }
+
+// untrustedPolicies maps aggregate.untrusted_device_time's values.
+var untrustedPolicies = map[string]aggregate.UntrustedPolicy{"arrival": aggregate.UntrustedArrival, "deadletter": aggregate.UntrustedDeadLetter}
 
 // Load reads, decodes and validates the file at path.
 func Load(path string) (*Config, error) {
@@ -712,6 +733,12 @@ func (c *Config) Validate() error {
 	positive("aggregate.max_metrics_per_device", c.Aggregate.MaxMetricsPerDevice, 1, 1_000_000)
 	if c.Aggregate.MaxMetricsPerDevice > c.Aggregate.MaxSeries && c.Aggregate.MaxSeries > 0 {
 		add("aggregate.max_metrics_per_device", "%d exceeds aggregate.max_series (%d); lower it or raise max_series", c.Aggregate.MaxMetricsPerDevice, c.Aggregate.MaxSeries)
+	}
+	if _, ok := untrustedPolicies[c.Aggregate.UntrustedDeviceTime]; !ok {
+		add("aggregate.untrusted_device_time", "%q is not a policy; use arrival (stamp a reading whose device clock was never set on arrival, while the gateway clock is synchronized) or deadletter", c.Aggregate.UntrustedDeviceTime)
+	}
+	if d := c.Aggregate.MaxDeviceSkew.D(); d != 0 && (d < time.Second || d > 24*time.Hour) {
+		add("aggregate.max_device_skew", "%v is out of range; use 1s to 24h, or 0 to report no skewed device clocks", d)
 	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/aggregate"
 )
 
 func TestGoodConfigs(t *testing.T) {
@@ -44,7 +46,8 @@ func TestFullConfigValues(t *testing.T) {
 	}
 	a := c.AggregateConfig()
 	if a.Gateway != "gw.hall-3_b" || a.Window != 10*time.Second || a.MaxOutOfOrder != 2*time.Second ||
-		a.IdleClose != 30*time.Second || a.AllowedLateness != time.Hour || a.MaxFutureSkew != 30*time.Second || a.MaxRetained != 10 {
+		a.IdleClose != 30*time.Second || a.AllowedLateness != time.Hour || a.MaxFutureSkew != 30*time.Second || a.MaxRetained != 10 ||
+		a.UntrustedDeviceTime != aggregate.UntrustedDeadLetter || a.MaxDeviceSkew != 30*time.Second || a.TimeFloor.Before(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("aggregate config = %+v", a)
 	}
 	if c.MQTT.Listen != "127.0.0.1:1884" || c.MQTT.Topics[0] != "plant/{device}/m/{metric}" || len(c.Kafka.Brokers) != 2 ||

@@ -14,6 +14,13 @@ func (g *Gateway) State() *journal.StateDB                { return g.state }
 func (g *Gateway) Publishes() uint64                      { return g.publishes.Load() }
 func (g *Gateway) Replayed() uint64                       { return g.replayed.Load() }
 
+// TicksApplied returns the number of ticks applied.
+func (g *Gateway) TicksApplied() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ticks
+}
+
 // CloseFiles closes the journal and state file and the broker's listeners
 // of a gateway that was never run.
 func (g *Gateway) CloseFiles() {

@@ -33,6 +33,7 @@ type ingestHandler struct {
 	topic   string
 	client  string
 	device  string // if set, the only device the readings may name (journal.FlagDevice)
+	local   bool   // the gateway's own publication (journal.FlagLocal): its times are the gateway's clock
 	payload []byte
 	now     time.Time
 	dl      DeadLetter // the publication's dead letter so far; Reason is empty while nothing was refused
@@ -55,6 +56,11 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		// not under the device it tried to speak for.
 		h.refuse(DeadItem{Reason: ReasonDeviceNotAllowed, Detail: detail, HasReading: true, Reading: r}, h.device)
 		return
+	}
+	if h.local {
+		// Stamped by the gateway's wall clock at the poll: its gateway
+		// time is as far from the wall as the event's.
+		r.Time, r.Timing = r.Time.Add(time.Duration(h.g.tl.Offset)), aggregate.GatewayTime
 	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() {
@@ -124,6 +130,11 @@ func outcomeDetail(o aggregate.Outcome) string {
 		return "reading is later than aggregate.allowed_lateness behind its device's watermark"
 	case aggregate.Future:
 		return "reading is stamped further ahead of the gateway clock than aggregate.max_future_skew"
+	case aggregate.DeviceClockUnset:
+		return "the device stamped the reading before any real reading can be (its clock was never set: set it by NTP or SNTP); " +
+			"with aggregate.untrusted_device_time: arrival it is stamped on arrival while the gateway clock is synchronized"
+	case aggregate.GatewayClockUnset:
+		return "the gateway stamped the reading and its own clock is before any real reading can be: synchronize it (chrony or systemd-timesyncd)"
 	case aggregate.Evicted:
 		return "the window's state was evicted (aggregate.max_retained_windows), so it cannot be revised"
 	case aggregate.Invalid:

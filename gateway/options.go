@@ -5,6 +5,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/clock"
 	"github.com/edgegate/edgegate/gateway/sensors"
 	"periph.io/x/conn/v3/i2c"
 )
@@ -40,4 +41,8 @@ type Options struct {
 	Sensors     []sensors.Sensor
 	OpenBus     func(name string) (i2c.BusCloser, error)
 	SensorTopic func(device, metric string) string
+	// Clock is the gateway's clock: wall, monotonic, boot and
+	// synchronization (clock.System in production). Nil: the now given to
+	// New, taken as synchronized.
+	Clock clock.Clock
 }

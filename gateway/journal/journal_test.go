@@ -242,7 +242,7 @@ func TestStateDB(t *testing.T) {
 	cfg.MaxRetained = 1
 	cfg.AllowedLateness = 5 * time.Minute
 	var now time.Time
-	agg, err := aggregate.New(cfg, func() time.Time { return now }, nil)
+	agg, err := aggregate.New(cfg, aggregate.WallClock(func() time.Time { return now }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

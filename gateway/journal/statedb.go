@@ -210,7 +210,7 @@ func startOf(key []byte) int64 {
 }
 
 func appendWindowState(b []byte, w aggregate.WindowState) []byte {
-	b = append(b, 1) // version
+	b = append(b, 2) // version: 2 added the readings by timing
 	b = binary.AppendVarint(b, w.Start)
 	b = binary.AppendVarint(b, w.Count)
 	for _, f := range [...]float64{w.Min, w.Max, w.Sum, w.Mean, w.M2, w.First, w.Last} {
@@ -220,7 +220,11 @@ func appendWindowState(b []byte, w aggregate.WindowState) []byte {
 	b = binary.AppendVarint(b, w.LastT)
 	b = binary.AppendVarint(b, w.Late)
 	b = binary.AppendVarint(b, int64(w.Revision))
-	return appendString(b, w.Unit)
+	b = appendString(b, w.Unit)
+	for _, n := range [...]int64{w.DeviceTimed, w.Replaced, w.Rebased, w.Unverified} {
+		b = binary.AppendVarint(b, n)
+	}
+	return b
 }
 
 var errWindowState = errors.New("undecodable stored window")
@@ -228,7 +232,8 @@ var errWindowState = errors.New("undecodable stored window")
 func decodeWindowState(v []byte) (aggregate.WindowState, error) {
 	r := reader{b: v, ok: true}
 	var w aggregate.WindowState
-	if r.byte() != 1 {
+	version := r.byte()
+	if version != 1 && version != 2 {
 		return w, errWindowState
 	}
 	w.Start, w.Count = r.varint(), r.varint()
@@ -242,6 +247,11 @@ func decodeWindowState(v []byte) (aggregate.WindowState, error) {
 	w.FirstT, w.LastT, w.Late = r.varint(), r.varint(), r.varint()
 	w.Revision = int(r.varint())
 	w.Unit = string(r.bytes())
+	if version == 2 {
+		w.DeviceTimed, w.Replaced, w.Rebased, w.Unverified = r.varint(), r.varint(), r.varint(), r.varint()
+	} else {
+		w.DeviceTimed = w.Count // before timings: taken as the devices' times
+	}
 	if !r.ok || len(r.b) != 0 {
 		return w, errWindowState
 	}
