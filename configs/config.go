@@ -34,6 +34,7 @@ type Config struct {
 	Gateway   Gateway   `yaml:"gateway"`
 	MQTT      MQTT      `yaml:"mqtt"`
 	Aggregate Aggregate `yaml:"aggregate"`
+	Clock     Clock     `yaml:"clock"`
 	Kafka     Kafka     `yaml:"kafka"`
 	Storage   Storage   `yaml:"storage"`
 	HTTP      HTTP      `yaml:"http"`
@@ -383,6 +384,16 @@ type HTTP struct {
 	Pprof bool `yaml:"pprof"`
 }
 
+// Clock says how the gateway knows that its own clock can be believed.
+type Clock struct {
+	// Synchronized: "auto" asks the kernel (adjtimex), whose status
+	// chrony, ntpd and systemd-timesyncd keep; "always" takes the clock as
+	// right whatever the kernel says, for a clock set by means it does not
+	// know of (a battery-backed real-time clock, GPS without kernel
+	// discipline, a lab machine without NTP).
+	Synchronized string `yaml:"synchronized"`
+}
+
 // Log configures logging.
 type Log struct {
 	Level  string `yaml:"level"`
@@ -460,6 +471,7 @@ func Default() Config {
 			MaxSeries:           ac.MaxSeries,
 			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
 		},
+		Clock: Clock{Synchronized: "auto"},
 		Kafka: Kafka{
 			SummariesTopic:  "edge.summaries",
 			DeadletterTopic: "edge.deadletter",
@@ -742,6 +754,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
+	}
+	if s := c.Clock.Synchronized; s != "auto" && s != "always" {
+		add("clock.synchronized", "%q is not a choice; use auto (ask the kernel, as chrony, ntpd and systemd-timesyncd keep it) or always (the clock is right whatever the kernel says: a battery-backed RTC)", s)
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		add("kafka.brokers", "is required; list your Kafka bootstrap brokers as host:port, e.g. [kafka-1.example.com:9092]")

@@ -54,6 +54,9 @@ func TestFullConfigValues(t *testing.T) {
 		c.Kafka.SummariesTopic != "s" || c.HTTP.Listen != "" || c.Log.Format != "json" {
 		t.Errorf("config = %+v", c)
 	}
+	if c.Clock.Synchronized != "always" {
+		t.Errorf("clock = %+v", c.Clock)
+	}
 	if c.Storage.MaxBytes != 64<<20 || c.Storage.FullPolicy != "drop_oldest" {
 		t.Errorf("storage = %+v", c.Storage)
 	}

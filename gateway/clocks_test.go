@@ -187,3 +187,32 @@ func TestDeviceClockUnsetWhileUnsynchronized(t *testing.T) {
 		})
 	}
 }
+
+// TestClockStatus: the gateway reports its clock's synchronization and
+// every step with its size; a change of synchronization is journaled, so
+// that times are judged against the clock from then on (here a reading an
+// hour ahead, taken while unsynchronized and refused once synchronized),
+// and survives a restart.
+func TestClockStatus(t *testing.T) {
+	clk := clock.NewManual(t0, false)
+	r := manualStack(t, clk, nil)
+	ahead := t0.Add(time.Hour)
+	r.publish("dev-f", "sensors/dev-f/t", vt(1, ahead))
+	if c := r.gw.Stats().Clock; c.Synchronized || c.Steps != 0 || c.Source != "manual" || c.Boot == "" {
+		t.Errorf("clock %+v: want unsynchronized, no steps", c)
+	}
+	clk.SetSynchronized(true)
+	clk.Step(-3 * time.Second)
+	st := settled(t, r.gw, func(st gateway.Stats) bool { return st.Clock.Synchronized && st.Clock.Steps == 1 })
+	if c := st.Clock; !c.Synchronized || c.Steps != 1 || c.LastStep != -3*time.Second || !c.LastStepAt.Equal(t0.Add(-3*time.Second)) || c.Offset != 0 {
+		t.Errorf("clock %+v: want synchronized, one step of -3s", c)
+	}
+	r.publish("dev-f", "sensors/dev-f/t", vt(2, ahead.Add(time.Second)))
+	r.restart()
+	r.publish("dev-f", "sensors/dev-f/t", vt(3, ahead.Add(2*time.Second)))
+	r.stop()
+	if got := r.deadLetters(2); got != "dev-f:future dev-f:future" {
+		t.Errorf("dead letters %s, want the two readings an hour ahead of the synchronized clock", got)
+	}
+	checkWindows(t, r.summaries(1, 15*time.Second), []sent{{"dev-f", "t", "", ahead, 1}})
+}

@@ -50,20 +50,20 @@ type Gateway struct {
 	j      *journal.Journal
 	state  *journal.StateDB // checkpoint and closed windows, <data_dir>/state/state.db
 
-	mu        sync.Mutex // serialises applying events: the aggregator, ing and what follows
-	agg       *aggregate.Aggregator
-	ing       ingestHandler
-	tl        timeline // the aggregator's clock: the gateway and elapsed time of the latest event applied
-	replaying bool     // the journal is being replayed (recover)
-	cur       Mark     // the event being applied, and its outputs so far
-	suppress  Mark     // outputs up to this mark are already stored (replay)
-	applied   uint64   // journal sequence of the latest event applied
-	sessions  map[string]journal.Session
-	awaitRel  journal.PIDSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
-	subs      map[string]map[string]journal.Subscription // client → filter → subscription
-	dup       *journal.Dedupe
-	lastCP    uint64 // sequence of the latest checkpoint written
-	ticks     uint64 // ticks applied (replayed ones included)
+	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
+	agg      *aggregate.Aggregator
+	ing      ingestHandler
+	tl       timeline // the aggregator's clock: the gateway and elapsed time of the latest event applied
+	cw       clockWatch
+	cur      Mark   // the event being applied, and its outputs so far
+	suppress Mark   // outputs up to this mark are already stored (replay)
+	applied  uint64 // journal sequence of the latest event applied
+	sessions map[string]journal.Session
+	awaitRel journal.PIDSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
+	subs     map[string]map[string]journal.Subscription // client → filter → subscription
+	dup      *journal.Dedupe
+	lastCP   uint64 // sequence of the latest checkpoint written
+	ticks    uint64 // ticks applied (replayed ones included)
 
 	sensors *sensors.Poller // the gateway's own I²C sensors; nil without any
 
@@ -121,7 +121,10 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 		return nil, err
 	}
 	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Mono: g.clk.Monotonic, Apply: g.apply, Ack: g.broker.WriteAcks})
-	g.j.SetClock(clockState(g.clk.BootID(), g.clk.Sync()))
+	s := g.cw.init(g.clk)
+	g.j.SetClock(clockState(g.clk.BootID(), s))
+	log.Info("gateway clock", "synchronized", s.Synchronized, "source", s.Source, "max_error", s.MaxError.String(),
+		"time", g.clk.Now().UTC(), "boot", g.clk.BootID())
 	if err := g.broker.Listen(g.j); err != nil {
 		g.closeFiles()
 		return nil, err
@@ -261,8 +264,6 @@ func (g *Gateway) replay(from uint64) (int, error) {
 	defer r.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.replaying = true
-	defer func() { g.replaying = false }()
 	n := 0
 	for {
 		seq, rec, err := r.Next()
@@ -301,14 +302,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.log.Error("ingest journal record undecodable; skipped", "seq", seq, "err", err)
 		return
 	}
-	if step := g.tl.advance(&e); step != 0 && !g.replaying {
-		how := "following it: the clock is synchronized"
-		if !g.tl.Synchronized {
-			how = "keeping time by the monotonic clock until it is synchronized"
-		}
-		g.log.Warn("gateway clock stepped; "+how, "step", time.Duration(step).String(),
-			"gateway_time", time.Unix(0, g.tl.clock).UTC())
-	}
+	g.tl.advance(&e) // a step is logged by watchClock, as it happens
 	now := time.Unix(0, g.tl.clock)
 	switch e.Kind {
 	case journal.KindPublish:
@@ -440,6 +434,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-t.C:
+			g.watchClock()
 			// Only ticks that can change something are journaled, so an
 			// idle gateway does not fsync every second.
 			g.mu.Lock()
@@ -571,6 +566,7 @@ type Stats struct {
 	BytesIn     int64  // MQTT bytes received
 	BytesOut    int64  // MQTT bytes sent
 	Journal     JournalStats
+	Clock       ClockStats
 	Sensors     []sensors.Status `json:",omitempty"`
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
@@ -606,6 +602,7 @@ func (g *Gateway) Stats() Stats {
 		Sessions:      len(g.sessions),
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
+	s.Clock = g.cw.clockStats(g.tl.Offset)
 	g.agg.DeviceStats(func(d aggregate.DeviceStat) bool {
 		s.DeviceList = append(s.DeviceList, d)
 		return len(s.DeviceList) < maxDeviceStats

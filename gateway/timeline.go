@@ -26,9 +26,6 @@ import (
 type timeline struct {
 	journal.TimeLine
 	clock int64 // gateway time of the latest event, Unix ns: Wall + Offset
-
-	steps    uint64 // steps of the wall clock seen by the applier (statistics)
-	lastStep time.Duration
 }
 
 // newTimeline is the time line before any event: a synchronized clock (as
@@ -58,8 +55,6 @@ func (tl *timeline) advance(e *journal.Event) (step int64) {
 		dm := max(0, e.Mono-tl.Mono)
 		if dev := e.At - tl.Wall - dm; dev > stepTolerance(dm) || -dev > stepTolerance(dm) {
 			step = dev
-			tl.steps++
-			tl.lastStep = time.Duration(dev)
 			if !tl.Synchronized {
 				tl.Offset -= dev // keep time by the monotonic clock
 			}

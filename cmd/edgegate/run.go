@@ -23,6 +23,7 @@ import (
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/clock"
 	"periph.io/x/conn/v3/i2c/i2creg"
 )
 
@@ -143,6 +144,9 @@ func storageWritable(dir string) error {
 	return nil
 }
 
+// newPipeline makes the gateway, its forwarder and the HTTP listener. The
+// gateway keeps time by the machine's clock (systemClock); now stamps the
+// pipeline's start.
 func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
 	policy := bridge.Backpressure
 	if cfg.Storage.FullPolicy == "drop_oldest" {
@@ -170,18 +174,30 @@ func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	prepareSensors(cfg, log)
-	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output.Forwarder(fwd), log, now)
+	o := cfg.GatewayOptions(i2creg.Open)
+	o.Clock = systemClock(cfg)
+	gw, err := gateway.New(o, output.Forwarder(fwd), log, nil)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: time.Now().UTC()}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: now().UTC()}
 	if cfg.HTTP.Listen != "" {
 		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 		}
 	}
 	return p, nil
+}
+
+// systemClock is the machine's clock, taken as synchronized with
+// clock.synchronized: always.
+func systemClock(cfg *configs.Config) clock.Clock {
+	c := clock.System()
+	if cfg.Clock.Synchronized == "always" {
+		return clock.Assumed(c)
+	}
+	return c
 }
 
 // run runs until ctx is cancelled. Shutdown follows the data: the gateway
