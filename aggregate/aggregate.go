@@ -931,6 +931,11 @@ func (a *Aggregator) emitWindow(s *series, w *window) {
 		Stddev:      math.Sqrt(w.m2 / float64(w.count)),
 		Revision:    w.revision,
 		Late:        w.late,
+
+		TimeSource:     w.timeSource(),
+		TimeReplaced:   w.replaced,
+		TimeRebased:    w.rebased,
+		TimeUnverified: w.unverified,
 	}
 	sum.ID = SummaryID(sum.Gateway, sum.Device, sum.Metric, sum.WindowStart, sum.Revision)
 	w.revision++

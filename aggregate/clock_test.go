@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -110,6 +111,14 @@ func TestUntrustedTimes(t *testing.T) {
 			if s := got[0]; !s.WindowStart.Equal(ws) || s.Count != 1 || s.Sum != 7 || s.First != 7 || s.Last != 7 {
 				t.Errorf("summary %+v, want one reading of 7 in the window of %v", s, ws)
 			}
+			wantSource, wantReplaced := SourceDevice, int64(0)
+			if tc.timing == ReplacedTime {
+				wantSource, wantReplaced = SourceGateway, 1
+			}
+			if s := got[0]; s.TimeSource != wantSource || s.TimeReplaced != wantReplaced || s.TimeRebased != 0 || s.TimeUnverified != 0 {
+				t.Errorf("time source %q, replaced %d, rebased %d, unverified %d; want %q, %d, 0, 0",
+					s.TimeSource, s.TimeReplaced, s.TimeRebased, s.TimeUnverified, wantSource, wantReplaced)
+			}
 			var st DeviceStat
 			a.DeviceStats(func(d DeviceStat) bool { st = d; return false })
 			if wantUnset := uint64(0); tc.timing == ReplacedTime {
@@ -185,5 +194,50 @@ func TestDeviceSkew(t *testing.T) {
 				t.Errorf("summaries hold %d readings summing %v, want 37 and %v", n, total, sum)
 			}
 		})
+	}
+}
+
+// TestTimeQuality: a window counts its readings by where their times came
+// from, across revisions and a snapshot, and says so in every summary.
+func TestTimeQuality(t *testing.T) {
+	cfg := testConfig()
+	cfg.TimeFloor = base.AddDate(-1, 0, 0)
+	clk := &stepClock{wall: sec(30), elapsed: time.Hour, synced: true}
+	var got []Summary
+	a, _ := New(cfg, clk, func(s Summary) { got = append(got, s) })
+	for _, r := range []Reading{
+		{Time: sec(1), Timing: DeviceTime},
+		{Time: sec(2), Timing: GatewayTime},
+		{Time: time.Unix(5, 0), Timing: DeviceTime}, // 1970: stamped at 30 s
+		{Time: sec(3), Timing: RebasedTime},
+		{Time: sec(4), Timing: UnverifiedTime},
+		{Time: sec(70), Timing: GatewayTime}, // closes [0,60)
+		{Time: sec(71), Timing: GatewayTime},
+	} {
+		r.Device, r.Metric, r.Value = "d", "m", 1
+		if o := a.Add(r); o != Aggregated {
+			t.Fatalf("%+v: %v", r, o)
+		}
+	}
+	b, _ := New(cfg, clk, func(s Summary) { got = append(got, s) })
+	if err := b.Restore(a.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if o := b.Add(Reading{Device: "d", Metric: "m", Time: sec(10), Value: 1}); o != Revised { // a device's late reading
+		t.Fatalf("late reading: %v", o)
+	}
+	b.Flush()
+	type q struct {
+		source                        string
+		replaced, rebased, unverified int64
+		count                         int64
+	}
+	var qs []q
+	for _, s := range got {
+		qs = append(qs, q{s.TimeSource, s.TimeReplaced, s.TimeRebased, s.TimeUnverified, s.Count})
+	}
+	want := []q{{SourceMixed, 1, 1, 1, 5}, {SourceMixed, 1, 1, 1, 6}, {SourceGateway, 0, 0, 0, 2}}
+	if fmt.Sprint(qs) != fmt.Sprint(want) {
+		t.Errorf("time quality %v, want %v", qs, want)
 	}
 }

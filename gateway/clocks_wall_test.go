@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -198,6 +199,27 @@ func checkWindows(t *testing.T, got map[winKey]aggregate.Summary, sent []sent) {
 	}
 }
 
+// timeOf is a summary's time fields: source/replaced/rebased/unverified.
+func timeOf(s aggregate.Summary) string {
+	return fmt.Sprintf("%s/%d/%d/%d", s.TimeSource, s.TimeReplaced, s.TimeRebased, s.TimeUnverified)
+}
+
+// checkTimes compares the time fields of each window with want (by
+// device/metric@start, as winKey prints), and requires the others to be
+// other (e.g. device/0/0/0).
+func checkTimes(t *testing.T, got map[winKey]aggregate.Summary, want map[string]string, other string) {
+	t.Helper()
+	for k, s := range got {
+		w, ok := want[k.String()]
+		if !ok {
+			w = other
+		}
+		if g := timeOf(s); g != w {
+			t.Errorf("%v: time fields %s, want %s", k, g, w)
+		}
+	}
+}
+
 func keys(m map[winKey]aggregate.Summary) []winKey {
 	var ks []winKey
 	for k := range m {
@@ -223,6 +245,7 @@ func TestBackwardStepDoesNotFreezeWindows(t *testing.T) {
 	// Both windows close by idle_close while the gateway runs.
 	got := r.summaries(2, 15*time.Second)
 	checkWindows(t, got, []sent{{"dev-a", "t", "", t0, 1}, {"dev-b", "t", "", back, 2}})
+	checkTimes(t, got, nil, "gateway/0/0/0") // bare readings: stamped on arrival
 }
 
 // TestForwardGlitchDoesNotOutliveRestart: the wall clock jumps 5 h ahead
@@ -260,6 +283,8 @@ func TestUnsetDeviceClockStampedOnArrival(t *testing.T) {
 	r.stop()
 	got := r.summaries(2, 15*time.Second)
 	checkWindows(t, got, []sent{{"esp-1", "t", "", t0, 3}, {"esp-1", "t", "", t0.Add(5 * time.Second), 4}, {"esp-1", "rh", "", t0.Add(5 * time.Second), 40}})
+	// The summaries say the times are the gateway's, replaced.
+	checkTimes(t, got, map[string]string{"esp-1/t@2026-11-30T10:05:00Z": "gateway/2/0/0", "esp-1/rh@2026-11-30T10:05:00Z": "gateway/1/0/0"}, "")
 }
 
 // TestReadingAfterRestartRevisesFlushedWindow: the shutdown closes every
