@@ -392,6 +392,13 @@ type Clock struct {
 	// know of (a battery-backed real-time clock, GPS without kernel
 	// discipline, a lab machine without NTP).
 	Synchronized string `yaml:"synchronized"`
+	// HoldMaxBytes and HoldMaxAge bound the hold of readings the gateway
+	// stamps itself (no time in the payload, its own sensors) while its
+	// clock is not synchronized: they wait, on disk, to be re-based to
+	// true time once it is; beyond either bound they are aggregated at
+	// the unsynchronized time, marked unverified. 0 bytes holds none.
+	HoldMaxBytes ByteSize `yaml:"hold_max_bytes"`
+	HoldMaxAge   Duration `yaml:"hold_max_age"`
 }
 
 // Log configures logging.
@@ -471,7 +478,7 @@ func Default() Config {
 			MaxSeries:           ac.MaxSeries,
 			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
 		},
-		Clock: Clock{Synchronized: "auto"},
+		Clock: Clock{Synchronized: "auto", HoldMaxBytes: 64 << 20, HoldMaxAge: Duration(time.Hour)},
 		Kafka: Kafka{
 			SummariesTopic:  "edge.summaries",
 			DeadletterTopic: "edge.deadletter",
@@ -754,6 +761,12 @@ func (c *Config) Validate() error {
 	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
+	}
+	if b := c.Clock.HoldMaxBytes; b != 0 && (b < 64<<10 || b > 4<<30) {
+		add("clock.hold_max_bytes", "%d bytes is out of range; use 64KiB to 4GiB (the default 64MiB holds about half a million readings), or 0 to hold none and aggregate them at once, unverified", int64(b))
+	}
+	if d := c.Clock.HoldMaxAge.D(); d < time.Second || d > 7*24*time.Hour {
+		add("clock.hold_max_age", "%v is out of range; use 1s to 168h: how long readings wait for the clock to be synchronized (their windows are late by as much)", d)
 	}
 	if s := c.Clock.Synchronized; s != "auto" && s != "always" {
 		add("clock.synchronized", "%q is not a choice; use auto (ask the kernel, as chrony, ntpd and systemd-timesyncd keep it) or always (the clock is right whatever the kernel says: a battery-backed RTC)", s)

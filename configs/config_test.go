@@ -54,7 +54,7 @@ func TestFullConfigValues(t *testing.T) {
 		c.Kafka.SummariesTopic != "s" || c.HTTP.Listen != "" || c.Log.Format != "json" {
 		t.Errorf("config = %+v", c)
 	}
-	if c.Clock.Synchronized != "always" {
+	if o := c.GatewayOptions(nil); c.Clock.Synchronized != "always" || o.HoldMaxBytes != 1<<20 || o.HoldMaxAge != 10*time.Minute {
 		t.Errorf("clock = %+v", c.Clock)
 	}
 	if c.Storage.MaxBytes != 64<<20 || c.Storage.FullPolicy != "drop_oldest" {

@@ -53,12 +53,13 @@ func vt(v float64, t time.Time) string {
 
 // TestUnsynchronizedBackwardStep: the clock is not synchronized and steps
 // 2 h back (a wrong date -s, a real-time clock read badly): the gateway
-// keeps time by the monotonic clock, so bare readings go on in their
+// keeps time by the monotonic clock, so bare readings (not held here:
+// clock.hold_max_bytes 0, so aggregated at once, unverified) go on in their
 // window, across a restart, and idle_close still fires; a device that
 // stamps its own readings is not affected.
 func TestUnsynchronizedBackwardStep(t *testing.T) {
 	clk := clock.NewManual(t0, false)
-	r := manualStack(t, clk, nil)
+	r := manualStack(t, clk, func(c *configs.Config) { c.Clock.HoldMaxBytes = 0 })
 	r.publish("dev-a", "sensors/dev-a/t", "1")
 	clk.Advance(10 * time.Second)
 	clk.Step(-2 * time.Hour)
@@ -75,6 +76,7 @@ func TestUnsynchronizedBackwardStep(t *testing.T) {
 	if a := got[winKey{"dev-a", "t", t0.Truncate(time.Minute)}]; a.Revision != 1 || a.Late != 1 {
 		t.Errorf("dev-a's window: revision %d late %d, want 1 and 1 (revised after the restart)", a.Revision, a.Late)
 	}
+	checkTimes(t, got, map[string]string{"dev-a/t@2026-11-30T10:05:00Z": "gateway/0/0/3"}, "device/0/0/0")
 }
 
 // TestSynchronizedForwardStepMidWindow: NTP steps a synchronized clock 5 h

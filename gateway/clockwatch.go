@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/gateway/clock"
+	"github.com/edgegate/edgegate/gateway/journal"
 )
 
 // ClockStats is what the gateway knows of its own clock, for the status
@@ -70,6 +71,11 @@ func (g *Gateway) watchClock() {
 	w.mu.Unlock()
 	if changed {
 		g.j.SetClock(clockState(c.BootID(), s))
+		if s.Synchronized {
+			// Journaled now, not at the next event, so that readings
+			// held for it are released even while nothing arrives.
+			g.j.Clock(journal.KindTick)
+		}
 		if s.Synchronized {
 			g.log.Info("gateway clock synchronized; readings stamped on arrival are re-based on it from now on",
 				"source", s.Source, "max_error", s.MaxError.String(), "time", now.UTC())

@@ -49,6 +49,9 @@ type Gateway struct {
 	jlog   *queue.Log // the ingest journal, <data_dir>/ingest
 	j      *journal.Journal
 	state  *journal.StateDB // checkpoint and closed windows, <data_dir>/state/state.db
+	// holdLog keeps the readings stamped while the clock is not
+	// synchronized, <data_dir>/hold (hold.go).
+	holdLog *queue.Log
 
 	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
 	agg      *aggregate.Aggregator
@@ -64,6 +67,11 @@ type Gateway struct {
 	dup      *journal.Dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
 	ticks    uint64 // ticks applied (replayed ones included)
+
+	replaying bool         // the journal is being replayed (recover)
+	hold      journal.Hold // what the hold log holds (hold.go)
+	holdMark  uint64       // journal sequence of the last publication in the hold log at start
+	holdBuf   []byte
 
 	sensors *sensors.Poller // the gateway's own I²C sensors; nil without any
 
@@ -190,6 +198,11 @@ func (g *Gateway) recover() error {
 		g.state.Close()
 		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
 	}
+	g.holdLog, err = queue.Open(filepath.Join(dir, "hold"), queue.Options{Logger: g.log.With("component", "hold")})
+	if err != nil {
+		g.closeFiles()
+		return fmt.Errorf("gateway.data_dir: open hold log: %w", err)
+	}
 	fail := func(err error) error {
 		g.closeFiles()
 		return err
@@ -241,6 +254,7 @@ func (g *Gateway) recover() error {
 		g.log.Error("ingest journal records missing before the replay start; their readings are lost",
 			"want_from", from, "journal_first", js.First)
 	}
+	g.restoreHold(cp)
 	n, err := g.replay(from)
 	if err != nil {
 		return fail(err)
@@ -255,7 +269,11 @@ func (g *Gateway) recover() error {
 
 // closeFiles closes the journal and the state file.
 func (g *Gateway) closeFiles() error {
-	return errors.Join(g.jlog.Close(), g.state.Close())
+	var herr error
+	if g.holdLog != nil {
+		herr = g.holdLog.Close()
+	}
+	return errors.Join(g.jlog.Close(), g.state.Close(), herr)
 }
 
 // replay applies the durable journal records from sequence from on.
@@ -264,6 +282,8 @@ func (g *Gateway) replay(from uint64) (int, error) {
 	defer r.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.replaying = true
+	defer func() { g.replaying = false }()
 	n := 0
 	for {
 		seq, rec, err := r.Next()
@@ -350,6 +370,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 			delete(g.subs, string(e.Client))
 		}
 	}
+	g.checkHold(seq)
 }
 
 // emitSummary passes a summary to the Output with its mark, unless a
@@ -438,7 +459,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			// Only ticks that can change something are journaled, so an
 			// idle gateway does not fsync every second.
 			g.mu.Lock()
-			due := g.agg.TickDue(g.tl.elapsedAt(g.clk.BootID(), g.clk.Monotonic(), g.clk.Now()))
+			el := g.tl.elapsedAt(g.clk.BootID(), g.clk.Monotonic(), g.clk.Now())
+			due := g.agg.TickDue(el) || g.holdDue(el)
 			g.mu.Unlock()
 			if due {
 				g.j.Clock(journal.KindTick) // an error here is the journal's failure, reported below
@@ -512,11 +534,15 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
+	if err := g.holdLog.Sync(); err != nil {
+		g.cpFailures.Add(1)
+		return fmt.Errorf("sync hold log: %w", err)
+	}
 	// The clock as of the latest event, but never ahead of now: a forward
 	// glitch since undone does not outlive a restart.
 	clk := min(g.tl.clock, g.clk.Now().UnixNano()+g.tl.Offset)
 	c := journal.Checkpoint{Seq: g.applied, Clock: clk, Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs,
-		Time: g.tl.TimeLine}
+		Time: g.tl.TimeLine, Hold: g.hold}
 	data := c.Encode()
 	windows, deleted, err := g.state.Commit(data, g.agg)
 	if err != nil {
@@ -529,6 +555,9 @@ func (g *Gateway) checkpoint() error {
 	g.log.Debug("checkpoint written", "seq", c.Seq, "bytes", len(data), "windows_stored", windows, "windows_expired", deleted)
 	if err := g.jlog.DropBefore(c.Seq + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
+	}
+	if err := g.holdLog.DropBefore(g.hold.Start); err != nil {
+		g.log.Error("hold log segments not removed", "err", err)
 	}
 	return nil
 }
@@ -567,6 +596,7 @@ type Stats struct {
 	BytesOut    int64  // MQTT bytes sent
 	Journal     JournalStats
 	Clock       ClockStats
+	Hold        HoldStats        // readings stamped while the clock is not synchronized, held for it
 	Sensors     []sensors.Status `json:",omitempty"`
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
@@ -603,6 +633,7 @@ func (g *Gateway) Stats() Stats {
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
 	s.Clock = g.cw.clockStats(g.tl.Offset)
+	s.Hold = g.holdStats()
 	g.agg.DeviceStats(func(d aggregate.DeviceStat) bool {
 		s.DeviceList = append(s.DeviceList, d)
 		return len(s.DeviceList) < maxDeviceStats

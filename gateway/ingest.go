@@ -36,8 +36,9 @@ type ingestHandler struct {
 	local   bool   // the gateway's own publication (journal.FlagLocal): its times are the gateway's clock
 	payload []byte
 	now     time.Time
-	dl      DeadLetter // the publication's dead letter so far; Reason is empty while nothing was refused
-	payOnce bool       // the payload is in dl
+	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
+	payOnce bool          // the payload is in dl
+	held    []heldReading // readings held until the clock is synchronized (hold.go)
 }
 
 // ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
@@ -58,9 +59,17 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		return
 	}
 	if h.local {
-		// Stamped by the gateway's wall clock at the poll: its gateway
-		// time is as far from the wall as the event's.
-		r.Time, r.Timing = r.Time.Add(time.Duration(h.g.tl.Offset)), aggregate.GatewayTime
+		// The gateway's own sensor: polled and journaled at once, so its
+		// time is the event's. (The Unix ms in its payload would also
+		// read as seconds while the clock is near 1970.)
+		r.Time, r.Timing = h.now, aggregate.GatewayTime
+	}
+	if r.Timing == aggregate.GatewayTime && !h.g.tl.Synchronized {
+		if h.g.holding() {
+			h.held = append(h.held, heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()})
+			return
+		}
+		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0
 	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() {
@@ -171,6 +180,7 @@ func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time)
 		*d = DeadLetter{Payload: d.Payload[:0], Reasons: d.Reasons[:0], Items: clearItems(d.Items)}
 	}
 	h.payload, h.payOnce = nil, false
+	g.holdPublication(topic, client)
 	if matched {
 		g.publishes.Add(1)
 	}

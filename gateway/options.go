@@ -45,4 +45,10 @@ type Options struct {
 	// synchronization (clock.System in production). Nil: the now given to
 	// New, taken as synchronized.
 	Clock clock.Clock
+	// HoldMaxBytes and HoldMaxAge bound the hold of readings the gateway
+	// stamps while its clock is not synchronized (hold.go): beyond either,
+	// they are aggregated unverified. HoldMaxBytes 0 holds none: they are
+	// aggregated at once, unverified.
+	HoldMaxBytes int64
+	HoldMaxAge   time.Duration
 }

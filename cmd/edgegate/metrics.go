@@ -82,6 +82,10 @@ var (
 	mClockSteps   = desc("clock_steps_total", "Steps of the gateway's wall clock (jumps of more than 1 s against the monotonic clock) since start.")
 	mClockLast    = desc("clock_last_step_seconds", "Size of the latest step of the gateway's wall clock (negative: back); 0 before any.")
 	mClockOffset  = desc("clock_offset_seconds", "Gateway time minus the wall clock: non-zero while the gateway keeps time by the monotonic clock after a step of an unsynchronized clock.")
+	mHeld         = desc("clock_held_readings", "Readings the gateway stamped while its clock was not synchronized, held on disk until it is (bounded by clock.hold_max_bytes and clock.hold_max_age).")
+	mHeldBytes    = desc("clock_held_bytes", "Bytes of the held readings in <data_dir>/hold.")
+	mRebased      = desc("readings_rebased_total", "Held readings re-based to true time, by the monotonic clock, once the gateway's clock was synchronized.")
+	mUnverified   = desc("readings_unverified_total", "Readings the gateway stamped while its clock was not synchronized and aggregated unchecked: it did not synchronize within clock.hold_max_age or hold_max_bytes, or the gateway booted again first.")
 	mSkewed       = desc("devices_clock_skewed", "Devices whose clocks are off the gateway's synchronized clock by more than aggregate.max_device_skew for 5 minutes.")
 	mDevOffset    = desc("device_clock_offset_seconds", "How far the device's clock is ahead of the gateway's synchronized clock (negative: behind), measured over 5 minutes, for the first 100 devices with a measurement.", "device")
 	mDevUnset     = desc("device_clock_unset_total", "Readings the device stamped before any real reading can be (its clock never set), for the first 100 devices.", "device")
@@ -95,7 +99,8 @@ func (c metricsCollector) Describe(ch chan<- *prometheus.Desc) {
 		mSessions, mEvicted, mNotAllowed, mClients, mBytesIn, mBytesOut, mQueueBytes, mQueued, mEnqueued, mDelivered, mDropped, mDeadDropped, mDeadBytes, mOverQuota, mLost, mFull, mLinkUp,
 		mConnects, mSendErrors, mJournalBytes, mCPFailures, mReplayed, mFsync, mOldest, mBatches, mBatchBytes, mRefusedRecs, mRefusedBytes, mRefusedDrop, mDevLastSeen, mDevWMLag,
 		mDevUnlisted, mMQTTRefused, mThrottled, mSockets, mSensorUp, mSensorPolls, mSensorErrors,
-		mClockSync, mClockMaxErr, mClockSteps, mClockLast, mClockOffset, mSkewed, mDevOffset, mDevUnset} {
+		mClockSync, mClockMaxErr, mClockSteps, mClockLast, mClockOffset, mSkewed, mDevOffset, mDevUnset,
+		mHeld, mHeldBytes, mRebased, mUnverified} {
 		ch <- d
 	}
 }
@@ -199,6 +204,10 @@ func (c metricsCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(mClockLast, clk.LastStep.Seconds())
 	gauge(mClockOffset, clk.Offset.Seconds())
 	gauge(mSkewed, float64(g.SkewedDevices))
+	gauge(mHeld, float64(g.Hold.Readings))
+	gauge(mHeldBytes, float64(g.Hold.Bytes))
+	counter(mRebased, float64(g.Hold.Rebased))
+	counter(mUnverified, float64(g.Hold.Unverified))
 	for _, s := range g.Sensors {
 		gauge(mSensorUp, b2f(s.Up), s.Sensor, s.Device)
 		counter(mSensorPolls, float64(s.Polls), s.Sensor, s.Device)

@@ -126,6 +126,8 @@ func TestMetrics(t *testing.T) {
 		`edgegate_clock_steps_total 0`,
 		`edgegate_clock_offset_seconds 0`,
 		`edgegate_devices_clock_skewed 0`,
+		`edgegate_clock_held_readings 0`,
+		`edgegate_readings_unverified_total 0`,
 		`edgegate_device_clock_unset_total{device="m-dev"} 0`,
 		`edgegate_readings_total{outcome="device_clock_unset"} 0`,
 		`process_resident_memory_bytes `,

@@ -83,6 +83,10 @@ func printClock(row func(name, format string, args ...any), m gateway.Stats) {
 		steps += fmt.Sprintf("; keeping time by the monotonic clock, %+v from the wall clock", c.Offset.Round(time.Millisecond))
 	}
 	row("clock", "%s (%s), %s", sync, detail, steps)
+	if h := m.Hold; h.Readings > 0 || h.Rebased > 0 || h.Unverified > 0 {
+		row("held", "%d readings waiting for the clock (%.1f MiB, for %s); %d re-based to true time, %d unverified so far",
+			h.Readings, float64(h.Bytes)/(1<<20), h.Age.Round(time.Second), h.Rebased, h.Unverified)
+	}
 	var skewed []string
 	for _, d := range m.DeviceList {
 		if d.ClockSkewed {

@@ -27,7 +27,9 @@ import (
 //	  then n × (filter, flags byte, uvarint subscription identifier)
 //	version 2: the time line (TimeLine): boot, flags byte (bit 0
 //	  synchronized, bit 1 monotonic time valid), varint wall, varint
-//	  monotonic, varint elapsed, varint offset
+//	  monotonic, varint elapsed, varint offset; then the hold (Hold):
+//	  uvarint start, records, readings, varint bytes, varint since,
+//	  uvarint rebased, uvarint unverified
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
@@ -45,6 +47,20 @@ type TimeLine struct {
 	Wall, Mono   int64 // of the latest event
 	Elapsed      int64 // elapsed time: advances by monotonic time only
 	Offset       int64 // gateway time minus wall time
+}
+
+// Hold is what the gateway holds of the readings it stamped while its
+// clock was not synchronized (see package gateway): records in the hold
+// log from Start on, not yet released.
+type Hold struct {
+	Start    uint64 // hold log sequence of the first record not released
+	Records  uint64 // publications held
+	Readings uint64 // readings in them
+	Bytes    int64  // their size in the hold log
+	Since    int64  // elapsed time (TimeLine.Elapsed) when the first was held
+	// Readings released so far, re-based to true time or unverified
+	// (counters).
+	Rebased, Unverified uint64
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -80,6 +96,7 @@ type Checkpoint struct {
 	AwaitRel PIDSets
 	Subs     map[string]map[string]Subscription
 	Time     TimeLine
+	Hold     Hold
 }
 
 func (c *Checkpoint) Encode() []byte {
@@ -159,6 +176,14 @@ func (c *Checkpoint) Encode() []byte {
 	for _, v := range [...]int64{tl.Wall, tl.Mono, tl.Elapsed, tl.Offset} {
 		b = binary.AppendVarint(b, v)
 	}
+	h := c.Hold
+	for _, v := range [...]uint64{h.Start, h.Records, h.Readings} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendVarint(b, h.Bytes)
+	b = binary.AppendVarint(b, h.Since)
+	b = binary.AppendUvarint(b, h.Rebased)
+	b = binary.AppendUvarint(b, h.Unverified)
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
@@ -241,6 +266,10 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 			r.ok = false
 		}
 		tl.Wall, tl.Mono, tl.Elapsed, tl.Offset = r.varint(), r.varint(), r.varint(), r.varint()
+		h := &c.Hold
+		h.Start, h.Records, h.Readings = r.uvarint(), r.uvarint(), r.uvarint()
+		h.Bytes, h.Since = r.varint(), r.varint()
+		h.Rebased, h.Unverified = r.uvarint(), r.uvarint()
 	}
 	if !r.ok || len(r.b) != 0 {
 		return nil, fmt.Errorf("%w: bad field", errCheckpoint)

@@ -179,14 +179,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	c := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("state"), Sessions: map[string]Session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, Rings: d.Rings,
 		AwaitRel: PIDSets{"a": {7: true, 65535: true}},
 		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}},
-		Time:     TimeLine{Valid: true, Boot: "b-1", Synchronized: true, HasMono: true, Wall: 1e18, Mono: 5e9, Elapsed: 7, Offset: -2}}
+		Time:     TimeLine{Valid: true, Boot: "b-1", Synchronized: true, HasMono: true, Wall: 1e18, Mono: 5e9, Elapsed: 7, Offset: -2},
+		Hold:     Hold{Start: 9, Records: 2, Readings: 3, Bytes: 300, Since: 6, Rebased: 11, Unverified: 12}}
 	b := c.Encode()
 	got, err := DecodeCheckpoint(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Seq != 42 || got.Clock != -1 || string(got.Agg) != "state" || !reflect.DeepEqual(got.Sessions, c.Sessions) ||
-		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) || got.Time != c.Time {
+		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) || got.Time != c.Time || got.Hold != c.Hold {
 		t.Errorf("got %+v", got)
 	}
 	if r := got.Rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {
@@ -216,10 +217,10 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 	// A version 1 checkpoint (before the time line) still decodes, with
 	// no time line.
-	c.Time = TimeLine{}
+	c.Time, c.Hold = TimeLine{}, Hold{}
 	v2 := c.Encode()
 	body := v2[:len(v2)-4]
-	body = body[:len(body)-(len(appendString(nil, ""))+1+4)] // the empty time line: "", flags, 4 zero varints
+	body = body[:len(body)-(len(appendString(nil, ""))+1+4+7)] // the empty time line: "", flags, 4 zero varints; the empty hold: 7 more
 	v1 := append([]byte(nil), body...)
 	v1[4] = 1
 	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
