@@ -198,7 +198,8 @@ func (g *Gateway) recover() error {
 		g.state.Close()
 		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
 	}
-	g.holdLog, err = queue.Open(filepath.Join(dir, "hold"), queue.Options{Logger: g.log.With("component", "hold")})
+	// Small segments: released ones are removed whole, after a checkpoint.
+	g.holdLog, err = queue.Open(filepath.Join(dir, "hold"), queue.Options{SegmentBytes: 4 << 20, Logger: g.log.With("component", "hold")})
 	if err != nil {
 		g.closeFiles()
 		return fmt.Errorf("gateway.data_dir: open hold log: %w", err)
