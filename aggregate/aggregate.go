@@ -4,13 +4,16 @@
 // It owns the windowing semantics of SPEC.md ("Semantics: Windows"): windows
 // are aligned to the Unix epoch; every device has its own watermark (its
 // latest event time minus MaxOutOfOrder); a silent device's windows close
-// after IdleClose of wall-clock time; readings behind the watermark but within
+// after IdleClose of elapsed (monotonic) time, so that no step of the wall
+// clock freezes or floods them; readings behind the watermark but within
 // AllowedLateness produce a new, accumulating revision of their window; later
-// readings, or readings stamped more than MaxFutureSkew ahead of the clock,
-// are refused with a reason. Every reading ends in exactly one Outcome.
+// readings, readings stamped more than MaxFutureSkew ahead of the
+// synchronized clock, and readings stamped before TimeFloor (a clock that
+// was never set) are refused with a reason. Every reading ends in exactly
+// one Outcome.
 //
 // The package imports only the standard library and does no I/O. Time comes
-// from an injected clock. An Aggregator is not safe for concurrent use: the
+// from an injected Clock. An Aggregator is not safe for concurrent use: the
 // caller serialises Add and Tick.
 package aggregate
 
@@ -18,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +34,36 @@ type Reading struct {
 	Unit   string // may be empty
 	Time   time.Time
 	Value  float64
+	// Timing says where Time came from; the zero value is the device's
+	// own clock.
+	Timing Timing
 }
+
+// Timing says where a reading's time came from, and how far it can be
+// trusted. Summaries count their readings by it.
+type Timing uint8
+
+const (
+	// DeviceTime: the device stamped the reading.
+	DeviceTime Timing = iota
+	// GatewayTime: the gateway stamped it on arrival (a payload without
+	// a time, the gateway's own sensors), with its synchronized clock.
+	GatewayTime
+	// ReplacedTime: the device stamped it before TimeFloor (its clock was
+	// never set), and the gateway stamped it on arrival instead. Set by
+	// the aggregator (UntrustedArrival), not by callers.
+	ReplacedTime
+	// RebasedTime: the gateway stamped it on arrival while its own clock
+	// was not synchronized, and re-based it to true time (by the
+	// monotonic clock) once the clock was.
+	RebasedTime
+	// UnverifiedTime: the gateway stamped it while its own clock was not
+	// synchronized, and the clock was not synchronized in time to check
+	// it.
+	UnverifiedTime
+
+	numTimings
+)
 
 // Outcome says what became of a reading. Every reading passed to Add ends in
 // exactly one outcome.
@@ -57,18 +90,32 @@ const (
 	// MaxMetricsPerDevice series, or the aggregator over MaxSeries series
 	// or (for a new device) MaxDevices devices.
 	TooManySeries
+	// DeviceClockUnset: the device stamped it before TimeFloor (its clock
+	// was never set), and it could not be stamped on arrival instead
+	// (UntrustedDeadLetter, or the gateway's clock was not synchronized).
+	DeviceClockUnset
+	// GatewayClockUnset: the gateway stamped it, and the gateway's own
+	// clock was before TimeFloor (a gateway booted at 1970 and never
+	// synchronized).
+	GatewayClockUnset
 
 	numOutcomes
 )
 
+// NumOutcomes is the number of outcomes: they run from Aggregated to
+// NumOutcomes-1.
+const NumOutcomes = int(numOutcomes)
+
 var outcomeNames = [numOutcomes]string{
-	Aggregated:    "aggregated",
-	Revised:       "late_revised",
-	TooLate:       "too_late",
-	Future:        "future",
-	Evicted:       "late_state_evicted",
-	Invalid:       "invalid",
-	TooManySeries: "too_many_series",
+	Aggregated:        "aggregated",
+	Revised:           "late_revised",
+	TooLate:           "too_late",
+	Future:            "future",
+	Evicted:           "late_state_evicted",
+	Invalid:           "invalid",
+	TooManySeries:     "too_many_series",
+	DeviceClockUnset:  "device_clock_unset",
+	GatewayClockUnset: "gateway_clock_unset",
 }
 
 // String returns the outcome's stable name, used as a metric label and as the
@@ -83,15 +130,82 @@ func (o Outcome) String() string {
 // Accepted reports whether the reading counts in a summary.
 func (o Outcome) Accepted() bool { return o == Aggregated || o == Revised }
 
+// Clock is the aggregator's time.
+type Clock interface {
+	// Now returns the gateway's wall clock, and whether it is
+	// synchronized. Readings are judged against it (MaxFutureSkew) and
+	// stamped with it (UntrustedArrival) only when it is.
+	Now() (t time.Time, synchronized bool)
+	// Elapsed reads a clock that never goes backwards and is not stepped
+	// with the wall clock (monotonic time): idle closing measures a
+	// device's silence with it.
+	Elapsed() time.Duration
+}
+
+// WallClock is a Clock on one wall clock that is always taken as
+// synchronized and measures elapsed time too: for callers, tests among
+// them, whose clock is never stepped.
+func WallClock(now func() time.Time) Clock { return wallClock(now) }
+
+type wallClock func() time.Time
+
+func (c wallClock) Now() (time.Time, bool) { return c(), true }
+func (c wallClock) Elapsed() time.Duration { return time.Duration(c().UnixNano()) }
+
+// UntrustedPolicy says what becomes of a reading whose device stamped it
+// before Config.TimeFloor.
+type UntrustedPolicy uint8
+
+const (
+	// UntrustedArrival stamps it with the gateway's clock on arrival
+	// (Timing ReplacedTime) when that clock is synchronized, and refuses
+	// it as DeviceClockUnset when not.
+	UntrustedArrival UntrustedPolicy = iota
+	// UntrustedDeadLetter always refuses it as DeviceClockUnset.
+	UntrustedDeadLetter
+)
+
+// DefaultTimeFloor is the default Config.TimeFloor: no reading can be
+// older than a year before this program was built (the time of its source
+// commit when the build recorded one, else 2026-01-01). Clocks that were
+// never set count from 1970 or 2000, and a GPS week rollover lands in
+// 1999 or 2019: all far below it.
+func DefaultTimeFloor() time.Time {
+	floor := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			if s.Key != "vcs.time" {
+				continue
+			}
+			if t, err := time.Parse(time.RFC3339, s.Value); err == nil && t.AddDate(-1, 0, 0).After(floor) {
+				floor = t.AddDate(-1, 0, 0).UTC()
+			}
+		}
+	}
+	return floor
+}
+
 // Config sets the windowing rules. The zero value is not valid; start from
 // DefaultConfig.
 type Config struct {
 	Gateway         string        // copied into every summary
 	Window          time.Duration // tumbling window length, aligned to the epoch
 	MaxOutOfOrder   time.Duration // watermark = latest event time - this
-	IdleClose       time.Duration // close a silent device's windows after this wall time
+	IdleClose       time.Duration // close a silent device's windows after this elapsed time
 	AllowedLateness time.Duration // how long after a window closes it may still be revised
-	MaxFutureSkew   time.Duration // readings stamped further ahead of the clock are refused
+	MaxFutureSkew   time.Duration // readings stamped further ahead of the synchronized clock are refused
+	// TimeFloor: readings stamped before it cannot be real; zero means
+	// no floor. See UntrustedDeviceTime.
+	TimeFloor time.Time
+	// UntrustedDeviceTime is what becomes of a reading its device
+	// stamped before TimeFloor.
+	UntrustedDeviceTime UntrustedPolicy
+	// MaxDeviceSkew: a device whose clock differs from the gateway's
+	// synchronized clock by more than this throughout DeviceSkewPeriod is
+	// reported as skewed (DeviceStat); 0 reports none. DeviceSkewPeriod is
+	// how long the difference must last, and how often it is measured.
+	MaxDeviceSkew    time.Duration
+	DeviceSkewPeriod time.Duration
 	// MaxRetained caps the number of closed windows (over all series) kept
 	// in memory so that late readings can revise them. Without a Store,
 	// when the cap is reached the window closed longest ago is evicted
@@ -118,7 +232,12 @@ func DefaultConfig() Config {
 		IdleClose:       90 * time.Second,
 		AllowedLateness: 24 * time.Hour,
 		MaxFutureSkew:   2 * time.Minute,
-		MaxRetained:     100_000,
+		TimeFloor:       DefaultTimeFloor(),
+		// Within a minute: a device that keeps time by NTP is off by
+		// milliseconds, one without by minutes a month or by years.
+		MaxDeviceSkew:    time.Minute,
+		DeviceSkewPeriod: 5 * time.Minute,
+		MaxRetained:      100_000,
 		// About 250 bytes per live series and a window in RAM: 100,000
 		// series are under 32 MiB, and far more than a gateway's devices
 		// measure. 256 metrics is many times what a multi-sensor node
@@ -144,6 +263,12 @@ func (c Config) Validate() error {
 		return errors.New("allowed_lateness must not be negative")
 	case c.MaxFutureSkew < 0:
 		return errors.New("max_future_skew must not be negative")
+	case c.UntrustedDeviceTime > UntrustedDeadLetter:
+		return errors.New("untrusted_device_time must be arrival or deadletter")
+	case c.MaxDeviceSkew < 0:
+		return errors.New("max_device_skew must not be negative")
+	case c.MaxDeviceSkew > 0 && c.DeviceSkewPeriod <= 0:
+		return errors.New("device skew period must be positive")
 	case c.MaxRetained < 0:
 		return errors.New("max_retained must not be negative")
 	case c.MaxDevices < 0:
@@ -187,17 +312,39 @@ type retainedKey struct {
 }
 
 type device struct {
-	id       string
-	maxEvent int64 // latest accepted event time, Unix ns; watermark is this - MaxOutOfOrder
-	hasEvent bool
-	lastSeen int64     // wall clock of the last reading, Unix ns
-	series   []*series // sorted by metric
-	open     int       // open windows over all series
-	minEnd   int64     // smallest end among open windows, valid when open > 0
+	id         string
+	maxEvent   int64 // latest accepted event time, Unix ns; watermark is this - MaxOutOfOrder
+	hasEvent   bool
+	lastSeen   int64     // elapsed time (Clock.Elapsed) of the last reading: idle closing
+	lastSeenAt int64     // wall clock of the last reading, Unix ns: for status
+	series     []*series // sorted by metric
+	open       int       // open windows over all series
+	minEnd     int64     // smallest end among open windows, valid when open > 0
+	// closedTo is the latest end of a window it closed: windows starting
+	// before it may have been closed ahead of the watermark (idle close,
+	// flush), and a reading for one revises it.
+	closedTo int64
 	// outcomes counts the device's readings by outcome since the process
 	// started (statistics: not in snapshots). Future and Invalid readings
-	// are refused before the device is looked up and are not counted here.
+	// are refused before the device is looked up and are not counted here;
+	// DeviceClockUnset ones are, once the device is known.
 	outcomes [numOutcomes]uint64
+	replaced uint64 // readings stamped on arrival for a clock before TimeFloor (statistics)
+	skew     skew
+}
+
+// skew measures a device's clock against the gateway's synchronized one
+// over periods of DeviceSkewPeriod (statistics: not in snapshots). The
+// offset of a reading is its time minus its arrival; delays in transit
+// only lower it, so the highest offset of a period is the best estimate
+// of the device clock's.
+type skew struct {
+	from     int64 // arrival of the current period's first reading, Unix ns
+	n        int   // readings in the current period
+	lo, hi   int64 // lowest and highest offset in the current period
+	offset   int64 // the estimate of the latest full period
+	measured bool  // a full period was measured
+	skewed   bool  // every offset of the latest full period was beyond MaxDeviceSkew, on one side
 }
 
 type series struct {
@@ -214,7 +361,8 @@ type series struct {
 type Aggregator struct {
 	cfg    Config
 	window int64
-	now    func() time.Time
+	floor  int64 // cfg.TimeFloor in Unix ns; math.MinInt64 without one
+	clk    Clock
 	emit   func(Summary)
 
 	series   map[seriesKey]*series
@@ -234,17 +382,22 @@ type Aggregator struct {
 	store                    Store   // closed windows beyond the RAM cache; nil keeps them all in RAM
 }
 
-// New returns an Aggregator. now is the clock used for future-skew checks and
-// idle closing; emit receives every summary (first emissions and revisions)
-// synchronously, in window order per series.
-func New(cfg Config, now func() time.Time, emit func(Summary)) (*Aggregator, error) {
+// New returns an Aggregator. clk is the clock used for future-skew checks,
+// stamping on arrival and idle closing; emit receives every summary (first
+// emissions and revisions) synchronously, in window order per series.
+func New(cfg Config, clk Clock, emit func(Summary)) (*Aggregator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	floor := int64(math.MinInt64)
+	if !cfg.TimeFloor.IsZero() {
+		floor = cfg.TimeFloor.UnixNano()
 	}
 	return &Aggregator{
 		cfg:      cfg,
 		window:   int64(cfg.Window),
-		now:      now,
+		floor:    floor,
+		clk:      clk,
 		emit:     emit,
 		series:   make(map[seriesKey]*series),
 		devices:  make(map[string]*device),
@@ -302,14 +455,26 @@ type DeviceStat struct {
 	Aggregated  uint64 // readings into open windows since start
 	Revised     uint64 // late readings that revised a closed window
 	TooLate     uint64 // readings beyond the allowed lateness
+	// ClockUnset counts its readings stamped before TimeFloor since start:
+	// those stamped on arrival instead and those refused.
+	ClockUnset uint64
+	// ClockOffset is how far its clock is ahead of the gateway's
+	// synchronized clock (negative: behind), measured over the latest
+	// DeviceSkewPeriod; valid when ClockMeasured. ClockSkewed: it was off by
+	// more than MaxDeviceSkew throughout that period.
+	ClockOffset   time.Duration
+	ClockMeasured bool
+	ClockSkewed   bool
 }
 
 // DeviceStats calls fn for each device in order of first reading, until fn
 // returns false.
 func (a *Aggregator) DeviceStats(fn func(DeviceStat) bool) {
 	for _, d := range a.devList {
-		st := DeviceStat{ID: d.id, LastSeen: time.Unix(0, d.lastSeen).UTC(), OpenWindows: d.open,
-			Aggregated: d.outcomes[Aggregated], Revised: d.outcomes[Revised], TooLate: d.outcomes[TooLate]}
+		st := DeviceStat{ID: d.id, LastSeen: time.Unix(0, d.lastSeenAt).UTC(), OpenWindows: d.open,
+			Aggregated: d.outcomes[Aggregated], Revised: d.outcomes[Revised], TooLate: d.outcomes[TooLate],
+			ClockUnset:  d.replaced + d.outcomes[DeviceClockUnset],
+			ClockOffset: time.Duration(d.skew.offset), ClockMeasured: d.skew.measured, ClockSkewed: d.skew.skewed}
 		if d.hasEvent {
 			st.Watermark = time.Unix(0, d.watermark(a.cfg.MaxOutOfOrder)).UTC()
 		}
@@ -319,13 +484,61 @@ func (a *Aggregator) DeviceStats(fn func(DeviceStat) bool) {
 	}
 }
 
+// SkewedDevices returns the number of devices whose clock was found
+// skewed (DeviceStat.ClockSkewed).
+func (a *Aggregator) SkewedDevices() int {
+	n := 0
+	for _, d := range a.devList {
+		if d.skew.skewed {
+			n++
+		}
+	}
+	return n
+}
+
+// measureSkew accounts for a reading whose device stamped it off ahead of
+// its arrival at (the synchronized clock).
+func (a *Aggregator) measureSkew(d *device, off, at int64) {
+	if a.cfg.MaxDeviceSkew == 0 {
+		return
+	}
+	k := &d.skew
+	if k.n == 0 || at < k.from {
+		k.from, k.n, k.lo, k.hi = at, 0, off, off
+	}
+	k.n++
+	k.lo, k.hi = min(k.lo, off), max(k.hi, off)
+	if at-k.from < int64(a.cfg.DeviceSkewPeriod) {
+		return
+	}
+	bound := int64(a.cfg.MaxDeviceSkew)
+	k.offset, k.measured = k.hi, true
+	k.skewed = k.lo > bound || k.hi < -bound
+	k.n = 0
+}
+
 func (a *Aggregator) add(r Reading) Outcome {
-	if r.Device == "" || r.Metric == "" || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) {
+	if r.Device == "" || r.Metric == "" || math.IsNaN(r.Value) || math.IsInf(r.Value, 0) || r.Timing >= numTimings {
 		return Invalid
 	}
-	now := a.now().UnixNano()
-	t := r.Time.UnixNano()
-	if t > now+int64(a.cfg.MaxFutureSkew) {
+	wall, synced := a.clk.Now()
+	now := wall.UnixNano()
+	t, timing := r.Time.UnixNano(), r.Timing
+	replaced := false
+	if t < a.floor {
+		if timing != DeviceTime {
+			return GatewayClockUnset
+		}
+		if a.cfg.UntrustedDeviceTime != UntrustedArrival || !synced {
+			a.last = a.devices[r.Device]
+			return DeviceClockUnset
+		}
+		if now < a.floor {
+			return GatewayClockUnset
+		}
+		t, timing, replaced = now, ReplacedTime, true
+	}
+	if synced && t > now+int64(a.cfg.MaxFutureSkew) {
 		return Future
 	}
 	s := a.lookup(r)
@@ -334,20 +547,26 @@ func (a *Aggregator) add(r Reading) Outcome {
 	}
 	defer a.dropIfIdle(s)
 	d := s.dev
-	d.lastSeen = now
+	d.lastSeen, d.lastSeenAt = int64(a.clk.Elapsed()), now
+	if replaced {
+		d.replaced++
+	} else if timing == DeviceTime && synced {
+		a.measureSkew(d, t-now, now)
+	}
 	start := a.windowStart(t)
 	end := start + a.window
 
 	if w := s.findOpen(start); w != nil {
-		w.add(t, r.Value)
-		w.setUnit(r.Unit)
+		w.put(t, r.Value, r.Unit, timing)
 		a.advance(d, t)
 		return Aggregated
 	}
 	wm := d.watermark(a.cfg.MaxOutOfOrder)
 	w, ok := a.retained[retainedKey{d.id, s.metric, start}]
-	if !ok && a.store != nil && d.hasEvent && end <= wm && end+int64(a.cfg.AllowedLateness) > wm {
-		// Closed and still revisable: it may be in the store.
+	if !ok && a.store != nil && d.hasEvent && (end <= wm || start < d.closedTo) && end+int64(a.cfg.AllowedLateness) > wm {
+		// Closed (behind the watermark, or ahead of it by an idle close or
+		// the shutdown's flush) and still revisable: it may be in the
+		// store.
 		st, found, err := a.store.Load(d.id, s.metric, start)
 		if err != nil {
 			return Evicted // its state cannot be read: a revision 0 would contradict what was sent
@@ -361,8 +580,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 		if d.hasEvent && end+int64(a.cfg.AllowedLateness) <= wm {
 			return TooLate
 		}
-		w.add(t, r.Value)
-		w.setUnit(r.Unit)
+		w.put(t, r.Value, r.Unit, timing)
 		w.late++
 		w.dirty = true
 		a.emitWindow(s, w)
@@ -376,8 +594,7 @@ func (a *Aggregator) add(r Reading) Outcome {
 		return Evicted
 	}
 	w = a.newWindow(start)
-	w.add(t, r.Value)
-	w.setUnit(r.Unit)
+	w.put(t, r.Value, r.Unit, timing)
 	if behind {
 		// A late reading that is the first of its window: emitted at once,
 		// then retained for further revisions.
@@ -489,6 +706,7 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 		n := 0
 		for n < len(s.open) && s.open[n].start+a.window <= limit {
 			w := s.open[n]
+			d.closedTo = max(d.closedTo, w.start+a.window)
 			a.emitWindow(s, w)
 			a.retain(s, w)
 			n++
@@ -517,12 +735,12 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 	}
 }
 
-// Tick closes the windows of devices that have been silent for IdleClose and
-// drops retained windows that can no longer be revised. Call it about once a
-// second.
+// Tick closes the windows of devices that have been silent for IdleClose
+// (of Clock.Elapsed) and drops retained windows that can no longer be
+// revised. Call it about once a second.
 func (a *Aggregator) Tick() {
 	a.added = false
-	now := a.now().UnixNano()
+	now := int64(a.clk.Elapsed())
 	idle := int64(a.cfg.IdleClose)
 	for _, d := range a.devList {
 		if d.open > 0 && now-d.lastSeen >= idle {
@@ -563,16 +781,16 @@ func rebuild[K comparable, V any](m map[K]V) map[K]V {
 	return n
 }
 
-// TickDue reports whether Tick at time now could change anything: some
-// device's open windows have been idle for IdleClose, or readings arrived
-// since the last Tick (so retained windows may have expired). A caller that
-// makes ticks durable can skip the others and stay quiet while nothing
-// happens.
-func (a *Aggregator) TickDue(now time.Time) bool {
+// TickDue reports whether Tick at elapsed time elapsed (Clock.Elapsed, as
+// it will read then) could change anything: some device's open windows
+// have been idle for IdleClose, or readings arrived since the last Tick (so
+// retained windows may have expired). A caller that makes ticks durable can
+// skip the others and stay quiet while nothing happens.
+func (a *Aggregator) TickDue(elapsed time.Duration) bool {
 	if a.added {
 		return true
 	}
-	n, idle := now.UnixNano(), int64(a.cfg.IdleClose)
+	n, idle := int64(elapsed), int64(a.cfg.IdleClose)
 	for _, d := range a.devList {
 		if d.open > 0 && n-d.lastSeen >= idle {
 			return true
@@ -713,6 +931,11 @@ func (a *Aggregator) emitWindow(s *series, w *window) {
 		Stddev:      math.Sqrt(w.m2 / float64(w.count)),
 		Revision:    w.revision,
 		Late:        w.late,
+
+		TimeSource:     w.timeSource(),
+		TimeReplaced:   w.replaced,
+		TimeRebased:    w.rebased,
+		TimeUnverified: w.unverified,
 	}
 	sum.ID = SummaryID(sum.Gateway, sum.Device, sum.Metric, sum.WindowStart, sum.Revision)
 	w.revision++
@@ -758,6 +981,42 @@ type window struct {
 	revision int
 	unit     string
 	dirty    bool // retained, and changed since the last TakeDirty
+	// Readings by Timing: devTimed with DeviceTime, and of the others
+	// (stamped by the gateway), replaced, rebased and unverified ones.
+	devTimed, replaced, rebased, unverified int64
+}
+
+// put adds a reading with its unit and the origin of its time.
+func (w *window) put(t int64, v float64, unit string, timing Timing) {
+	w.add(t, v)
+	w.setUnit(unit)
+	switch timing {
+	case DeviceTime:
+		w.devTimed++
+	case ReplacedTime:
+		w.replaced++
+	case RebasedTime:
+		w.rebased++
+	case UnverifiedTime:
+		w.unverified++
+	}
+}
+
+// Time sources of a summary (Summary.TimeSource).
+const (
+	SourceDevice  = "device"  // every reading's time came from its device
+	SourceGateway = "gateway" // every reading was stamped by the gateway
+	SourceMixed   = "mixed"   // some of each
+)
+
+func (w *window) timeSource() string {
+	switch w.devTimed {
+	case w.count:
+		return SourceDevice
+	case 0:
+		return SourceGateway
+	}
+	return SourceMixed
 }
 
 // setUnit records the unit of a reading in the window: the last one given

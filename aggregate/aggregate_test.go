@@ -294,7 +294,7 @@ func TestAggregator(t *testing.T) {
 			}
 			clk := &clock{t: base}
 			var got []Summary
-			a, err := New(cfg, clk.now, func(s Summary) { got = append(got, s) })
+			a, err := New(cfg, WallClock(clk.now), func(s Summary) { got = append(got, s) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +393,7 @@ func TestManyDevicesInterleaved(t *testing.T) {
 		start int64
 	}
 	got := map[key]Summary{}
-	a, err := New(cfg, clk.now, func(s Summary) {
+	a, err := New(cfg, WallClock(clk.now), func(s Summary) {
 		k := key{s.Device, s.Metric, s.WindowStart.Unix()}
 		if _, dup := got[k]; dup {
 			t.Errorf("window %v emitted twice", k)
@@ -443,7 +443,7 @@ func TestRetainedExpiry(t *testing.T) {
 	cfg := testConfig()
 	cfg.AllowedLateness = 2 * time.Minute
 	clk := &clock{t: base}
-	a, _ := New(cfg, clk.now, nil)
+	a, _ := New(cfg, WallClock(clk.now), nil)
 	for m := 0; m < 10; m++ {
 		clk.t = sec(float64(m * 60))
 		a.Add(Reading{Device: "d", Metric: "t", Time: sec(float64(m*60 + 1)), Value: 1})
@@ -494,27 +494,30 @@ func TestTickDue(t *testing.T) {
 	cfg := testConfig()
 	clk := &clock{t: base}
 	var emitted int
-	a, err := New(cfg, clk.now, func(Summary) { emitted++ })
+	a, err := New(cfg, WallClock(clk.now), func(Summary) { emitted++ })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.TickDue(clk.t) {
+	if a.TickDue(el(clk.t)) {
 		t.Error("fresh aggregator: tick due")
 	}
 	a.Add(Reading{Device: "d", Metric: "m", Time: clk.t, Value: 1})
-	if !a.TickDue(clk.t) {
+	if !a.TickDue(el(clk.t)) {
 		t.Error("after a reading: no tick due")
 	}
 	a.Tick()
-	if a.TickDue(clk.t) || a.TickDue(clk.t.Add(cfg.IdleClose-time.Nanosecond)) {
+	if a.TickDue(el(clk.t)) || a.TickDue(el(clk.t.Add(cfg.IdleClose-time.Nanosecond))) {
 		t.Error("tick due before the idle time")
 	}
-	if !a.TickDue(clk.t.Add(cfg.IdleClose)) {
+	if !a.TickDue(el(clk.t.Add(cfg.IdleClose))) {
 		t.Error("open window idle for IdleClose: no tick due")
 	}
 	clk.t = clk.t.Add(cfg.IdleClose)
 	a.Tick()
-	if emitted != 1 || a.TickDue(clk.t.Add(time.Hour)) {
-		t.Errorf("after the idle close: %d emitted, tick due %v; want 1, false", emitted, a.TickDue(clk.t.Add(time.Hour)))
+	if emitted != 1 || a.TickDue(el(clk.t.Add(time.Hour))) {
+		t.Errorf("after the idle close: %d emitted, tick due %v; want 1, false", emitted, a.TickDue(el(clk.t.Add(time.Hour))))
 	}
 }
+
+// el is the elapsed time WallClock reads at wall time t.
+func el(t time.Time) time.Duration { return time.Duration(t.UnixNano()) }

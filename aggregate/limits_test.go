@@ -16,7 +16,7 @@ func TestSeriesLimits(t *testing.T) {
 	cfg.MaxMetricsPerDevice, cfg.MaxSeries, cfg.MaxDevices = 3, 5, 3
 	clk := &clock{t: sec(1)}
 	var sums []Summary
-	a, err := New(cfg, clk.now, func(s Summary) { sums = append(sums, s) })
+	a, err := New(cfg, WallClock(clk.now), func(s Summary) { sums = append(sums, s) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestClosedSeriesCostNothing(t *testing.T) {
 	cfg.MaxSeries, cfg.MaxMetricsPerDevice = 0, 0
 	clk := &clock{t: sec(1)}
 	var sums []Summary
-	a, _ := New(cfg, clk.now, func(s Summary) { sums = append(sums, s) })
+	a, _ := New(cfg, WallClock(clk.now), func(s Summary) { sums = append(sums, s) })
 	st := mapStore{}
 	a.SetStore(st)
 	const n = 1000
@@ -97,7 +97,7 @@ func TestClosedSeriesCostNothing(t *testing.T) {
 	if len(sums) != n || a.Series() != 1 || len(a.devices["d"].series) != 1 {
 		t.Fatalf("%d summaries, %d series in RAM; want %d and 1", len(sums), a.Series(), n)
 	}
-	b, _ := New(cfg, clk.now, func(s Summary) { sums = append(sums, s) })
+	b, _ := New(cfg, WallClock(clk.now), func(s Summary) { sums = append(sums, s) })
 	if err := b.Restore(a.Snapshot()); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func BenchmarkHeapPerSeries(b *testing.B) {
 	const devices, metrics = 1000, 1000
 	for range b.N {
 		clk := &clock{t: sec(1)}
-		a, _ := New(cfg, clk.now, nil)
+		a, _ := New(cfg, WallClock(clk.now), nil)
 		a.SetStore(mapStore{})
 		before := heapInUse()
 		for d := range devices {

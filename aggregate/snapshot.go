@@ -41,6 +41,8 @@ func (a *Aggregator) AppendSnapshot(b []byte) []byte {
 		e.i(d.maxEvent)
 		e.b(d.hasEvent)
 		e.i(d.lastSeen)
+		e.i(d.lastSeenAt)
+		e.i(d.closedTo)
 		e.u(uint64(len(d.series)))
 		for _, s := range d.series {
 			e.s(s.metric)
@@ -70,8 +72,12 @@ func (a *Aggregator) AppendSnapshot(b []byte) []byte {
 	return e.buf
 }
 
-// snapshotVersion 2 added the TooManySeries counter; Restore reads 1 too.
-const snapshotVersion = 2
+// snapshotVersion 2 added the TooManySeries counter; 3 the clock-unset
+// counters, each device's elapsed time of its last reading (lastSeen, until
+// then its wall time), its wall time (lastSeenAt) and the end of the latest
+// window it closed (closedTo), and each window's readings by Timing.
+// Restore reads 1 and 2 too.
+const snapshotVersion = 3
 
 // ErrSnapshot is returned by Restore for a snapshot it cannot use.
 var ErrSnapshot = errors.New("aggregate: unusable snapshot")
@@ -80,19 +86,24 @@ var ErrSnapshot = errors.New("aggregate: unusable snapshot")
 func (a *Aggregator) Restore(snap []byte) error {
 	d := decoder{buf: snap}
 	v := d.u()
-	if v != snapshotVersion && v != 1 {
+	if v < 1 || v > snapshotVersion {
 		return fmt.Errorf("%w: version %d", ErrSnapshot, v)
 	}
+	d.version = v
 	if w, ooo := d.i(), d.i(); w != int64(a.cfg.Window) || ooo != int64(a.cfg.MaxOutOfOrder) {
 		if d.err == nil {
 			return fmt.Errorf("%w: taken with window %v and max_out_of_order %v", ErrSnapshot, w, ooo)
 		}
 	}
-	fresh, _ := New(a.cfg, a.now, a.emit)
+	fresh, _ := New(a.cfg, a.clk, a.emit)
 	outcomes := len(fresh.counts.Readings)
-	if v == 1 {
+	switch v {
+	case 1:
 		outcomes = int(TooManySeries) // counters up to Invalid
+	case 2:
+		outcomes = int(DeviceClockUnset) // up to TooManySeries
 	}
+	elapsed := int64(a.clk.Elapsed())
 	for i := range outcomes {
 		fresh.counts.Readings[i] = d.u()
 	}
@@ -101,6 +112,18 @@ func (a *Aggregator) Restore(snap []byte) error {
 	nd := d.n()
 	for range nd {
 		dev := &device{id: d.s(), maxEvent: d.i(), hasEvent: d.bool(), lastSeen: d.i()}
+		if v >= 3 {
+			dev.lastSeenAt, dev.closedTo = d.i(), d.i()
+		} else {
+			// lastSeen was the wall clock: idle time is measured from
+			// now on, or from then if that is earlier by the clock given.
+			dev.lastSeenAt, dev.lastSeen = dev.lastSeen, min(dev.lastSeen, elapsed)
+			// Any window up to the one of its latest reading may have
+			// been closed by the shutdown.
+			if dev.hasEvent {
+				dev.closedTo = fresh.windowStart(dev.maxEvent) + fresh.window
+			}
+		}
 		ns := d.n()
 		dev.minEnd = math.MaxInt64
 		for range ns {
@@ -174,13 +197,18 @@ func (e *encoder) window(w *window) {
 	e.i(w.late)
 	e.i(int64(w.revision))
 	e.s(w.unit)
+	e.i(w.devTimed)
+	e.i(w.replaced)
+	e.i(w.rebased)
+	e.i(w.unverified)
 }
 
 // decoder reads what encoder wrote; the first error sticks and later reads
 // return zero values.
 type decoder struct {
-	buf []byte
-	err error
+	buf     []byte
+	err     error
+	version uint64 // of the snapshot
 }
 
 func (d *decoder) fail(what string) {
@@ -257,5 +285,10 @@ func (d *decoder) window() *window {
 	w.firstT, w.lastT, w.late = d.i(), d.i(), d.i()
 	w.revision = int(d.i())
 	w.unit = d.s()
+	if d.version >= 3 {
+		w.devTimed, w.replaced, w.rebased, w.unverified = d.i(), d.i(), d.i(), d.i()
+	} else {
+		w.devTimed = w.count // before Timing: taken as the devices' times
+	}
 	return w
 }

@@ -71,17 +71,17 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 
 		clkA := &clock{}
 		var whole []Summary
-		a, _ := New(cfg, clkA.now, func(s Summary) { whole = append(whole, s) })
+		a, _ := New(cfg, WallClock(clkA.now), func(s Summary) { whole = append(whole, s) })
 		runEvents(t, a, clkA, evs)
 		a.Flush()
 
 		clkB := &clock{}
 		var parts []Summary
-		b, _ := New(cfg, clkB.now, func(s Summary) { parts = append(parts, s) })
+		b, _ := New(cfg, WallClock(clkB.now), func(s Summary) { parts = append(parts, s) })
 		runEvents(t, b, clkB, evs[:split])
 		snap := b.Snapshot()
 
-		c, _ := New(cfg, clkB.now, func(s Summary) { parts = append(parts, s) })
+		c, _ := New(cfg, WallClock(clkB.now), func(s Summary) { parts = append(parts, s) })
 		if err := c.Restore(snap); err != nil {
 			t.Fatalf("seed %d: Restore: %v", seed, err)
 		}
@@ -105,11 +105,11 @@ func TestSnapshotRestoreContinues(t *testing.T) {
 func TestRestoreRefusesDamage(t *testing.T) {
 	cfg := testConfig()
 	clk := &clock{}
-	a, _ := New(cfg, clk.now, nil)
+	a, _ := New(cfg, WallClock(clk.now), nil)
 	runEvents(t, a, clk, stream(7, 300))
 	snap := a.Snapshot()
 	for cut := 0; cut < len(snap); cut++ {
-		b, _ := New(cfg, clk.now, nil)
+		b, _ := New(cfg, WallClock(clk.now), nil)
 		if err := b.Restore(snap[:cut]); !errors.Is(err, ErrSnapshot) {
 			t.Fatalf("snapshot cut at %d of %d: err %v", cut, len(snap), err)
 		}
@@ -119,7 +119,7 @@ func TestRestoreRefusesDamage(t *testing.T) {
 	}
 	other := cfg
 	other.Window = 2 * time.Minute
-	b, _ := New(other, clk.now, nil)
+	b, _ := New(other, WallClock(clk.now), nil)
 	if err := b.Restore(snap); !errors.Is(err, ErrSnapshot) {
 		t.Errorf("snapshot from a 1m window restored into a 2m one: %v", err)
 	}
@@ -127,7 +127,7 @@ func TestRestoreRefusesDamage(t *testing.T) {
 	for i := 0; i < 2000; i++ {
 		bad := append([]byte(nil), snap...)
 		bad[rng.IntN(len(bad))] ^= byte(1 + rng.IntN(255))
-		c, _ := New(cfg, clk.now, nil)
+		c, _ := New(cfg, WallClock(clk.now), nil)
 		_ = c.Restore(bad) // may succeed with different numbers; must not panic
 	}
 }

@@ -11,6 +11,9 @@ type WindowState struct {
 	Late                    int64
 	Revision                int // of the next summary to emit
 	Unit                    string
+	// Readings by Timing: DeviceTimed with DeviceTime; of the others,
+	// Replaced, Rebased and Unverified ones.
+	DeviceTimed, Replaced, Rebased, Unverified int64
 }
 
 // Store keeps closed windows outside RAM, so that readings hours late can
@@ -75,12 +78,14 @@ func (a *Aggregator) trimCache() {
 
 func (w *window) state() WindowState {
 	return WindowState{Start: w.start, Count: w.count, Min: w.min, Max: w.max, Sum: w.sum, Mean: w.mean, M2: w.m2,
-		FirstT: w.firstT, LastT: w.lastT, First: w.first, Last: w.last, Late: w.late, Revision: w.revision, Unit: w.unit}
+		FirstT: w.firstT, LastT: w.lastT, First: w.first, Last: w.last, Late: w.late, Revision: w.revision, Unit: w.unit,
+		DeviceTimed: w.devTimed, Replaced: w.replaced, Rebased: w.rebased, Unverified: w.unverified}
 }
 
 func (a *Aggregator) windowFrom(st WindowState) *window {
 	w := a.newWindow(st.Start)
 	w.count, w.min, w.max, w.sum, w.mean, w.m2 = st.Count, st.Min, st.Max, st.Sum, st.Mean, st.M2
 	w.firstT, w.lastT, w.first, w.last, w.late, w.revision, w.unit = st.FirstT, st.LastT, st.First, st.Last, st.Late, st.Revision, st.Unit
+	w.devTimed, w.replaced, w.rebased, w.unverified = st.DeviceTimed, st.Replaced, st.Rebased, st.Unverified
 	return w
 }

@@ -71,10 +71,10 @@ func TestStoreKeepsRevisionsExact(t *testing.T) {
 
 	var ram, stored emitted
 	ramClk, storeClk := &clock{}, &clock{}
-	ramAgg, _ := New(cfg, ramClk.now, func(s Summary) { ram.sums = append(ram.sums, s) })
+	ramAgg, _ := New(cfg, WallClock(ramClk.now), func(s Summary) { ram.sums = append(ram.sums, s) })
 	small := cfg
 	small.MaxRetained = 3
-	storeAgg, _ := New(small, storeClk.now, func(s Summary) { stored.sums = append(stored.sums, s) })
+	storeAgg, _ := New(small, WallClock(storeClk.now), func(s Summary) { stored.sums = append(stored.sums, s) })
 	st := mapStore{}
 	storeAgg.SetStore(st)
 	type cp struct {
@@ -114,7 +114,7 @@ func TestStoreKeepsRevisionsExact(t *testing.T) {
 	for _, c := range cps {
 		var got emitted
 		clk := &clock{}
-		a, _ := New(small, clk.now, func(s Summary) { got.sums = append(got.sums, s) })
+		a, _ := New(small, WallClock(clk.now), func(s Summary) { got.sums = append(got.sums, s) })
 		if err := a.Restore(c.snap); err != nil {
 			t.Fatal(err)
 		}

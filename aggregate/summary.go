@@ -31,6 +31,20 @@ type Summary struct {
 	Stddev      float64   `json:"stddev"` // population standard deviation
 	Revision    int       `json:"revision"`
 	Late        int64     `json:"late"` // late readings folded in
+	// Where the readings' times came from: SourceDevice (every one from
+	// its device's clock), SourceGateway (every one stamped by the gateway
+	// on arrival) or SourceMixed. Empty in summaries of gateways before
+	// these fields.
+	TimeSource string `json:"time_source"`
+	// Of the readings stamped by the gateway: TimeReplaced ones whose
+	// device gave a time before any real reading can be (a clock never
+	// set), stamped on arrival instead; TimeRebased ones taken while the
+	// gateway's clock was not synchronized and re-based to true time once
+	// it was; TimeUnverified ones taken while it was not synchronized and
+	// never checked, since it did not synchronize in time.
+	TimeReplaced   int64 `json:"time_replaced"`
+	TimeRebased    int64 `json:"time_rebased"`
+	TimeUnverified int64 `json:"time_unverified"`
 }
 
 // SummaryID returns the deterministic id of one revision of one window: the

@@ -36,6 +36,7 @@ type Config struct {
 	Gateway   Gateway   `yaml:"gateway"`
 	MQTT      MQTT      `yaml:"mqtt"`
 	Aggregate Aggregate `yaml:"aggregate"`
+	Clock     Clock     `yaml:"clock"`
 	Kafka     Kafka     `yaml:"kafka"`
 	Storage   Storage   `yaml:"storage"`
 	HTTP      HTTP      `yaml:"http"`
@@ -239,7 +240,17 @@ type Aggregate struct {
 	IdleClose       Duration `yaml:"idle_close"`
 	AllowedLateness Duration `yaml:"allowed_lateness"`
 	MaxFutureSkew   Duration `yaml:"max_future_skew"`
-	MaxRetained     int      `yaml:"max_retained_windows"`
+	// UntrustedDeviceTime is what becomes of a reading its device stamped
+	// before any real reading can be (a clock that was never set, counting
+	// from 1970): "arrival" stamps it on arrival while the gateway's clock
+	// is synchronized and dead-letters it (device_clock_unset) while not;
+	// "deadletter" always dead-letters it.
+	UntrustedDeviceTime string `yaml:"untrusted_device_time"`
+	// MaxDeviceSkew: a device whose clock is off the gateway's
+	// synchronized clock by more than this for 5 minutes is reported
+	// (status page, edgegate_device_clock_skewed); 0 reports none.
+	MaxDeviceSkew Duration `yaml:"max_device_skew"`
+	MaxRetained   int      `yaml:"max_retained_windows"`
 	// MaxDevices, MaxSeries and MaxMetricsPerDevice bound the series (one
 	// per device and metric) the aggregator holds in RAM, so that no
 	// device, publishing any metric names it likes, can exhaust memory (and
@@ -405,6 +416,23 @@ type HTTP struct {
 	Pprof bool `yaml:"pprof"`
 }
 
+// Clock says how the gateway knows that its own clock can be believed.
+type Clock struct {
+	// Synchronized: "auto" asks the kernel (adjtimex), whose status
+	// chrony, ntpd and systemd-timesyncd keep; "always" takes the clock as
+	// right whatever the kernel says, for a clock set by means it does not
+	// know of (a battery-backed real-time clock, GPS without kernel
+	// discipline, a lab machine without NTP).
+	Synchronized string `yaml:"synchronized"`
+	// HoldMaxBytes and HoldMaxAge bound the hold of readings the gateway
+	// stamps itself (no time in the payload, its own sensors) while its
+	// clock is not synchronized: they wait, on disk, to be re-based to
+	// true time once it is; beyond either bound they are aggregated at
+	// the unsynchronized time, marked unverified. 0 bytes holds none.
+	HoldMaxBytes ByteSize `yaml:"hold_max_bytes"`
+	HoldMaxAge   Duration `yaml:"hold_max_age"`
+}
+
 // Log configures logging.
 type Log struct {
 	Level  string `yaml:"level"`
@@ -474,10 +502,14 @@ func Default() Config {
 			MaxFutureSkew:   Duration(ac.MaxFutureSkew),
 			MaxRetained:     ac.MaxRetained,
 
+			UntrustedDeviceTime: "arrival",
+			MaxDeviceSkew:       Duration(ac.MaxDeviceSkew),
+
 			MaxDevices:          ac.MaxDevices,
 			MaxSeries:           ac.MaxSeries,
 			MaxMetricsPerDevice: ac.MaxMetricsPerDevice,
 		},
+		Clock: Clock{Synchronized: "auto", HoldMaxBytes: 64 << 20, HoldMaxAge: Duration(time.Hour)},
 		Kafka: Kafka{
 			SummariesTopic:  "edge.summaries",
 			DeadletterTopic: "edge.deadletter",
@@ -511,11 +543,19 @@ func (c *Config) AggregateConfig() aggregate.Config {
 		MaxFutureSkew:   c.Aggregate.MaxFutureSkew.D(),
 		MaxRetained:     c.Aggregate.MaxRetained,
 
+		TimeFloor:           aggregate.DefaultTimeFloor(),
+		UntrustedDeviceTime: untrustedPolicies[c.Aggregate.UntrustedDeviceTime],
+		MaxDeviceSkew:       c.Aggregate.MaxDeviceSkew.D(),
+		DeviceSkewPeriod:    aggregate.DefaultConfig().DeviceSkewPeriod,
+
 		MaxDevices:          c.Aggregate.MaxDevices,
 		MaxSeries:           c.Aggregate.MaxSeries,
 		MaxMetricsPerDevice: c.Aggregate.MaxMetricsPerDevice,
 	}
 }
+
+// untrustedPolicies maps aggregate.untrusted_device_time's values.
+var untrustedPolicies = map[string]aggregate.UntrustedPolicy{"arrival": aggregate.UntrustedArrival, "deadletter": aggregate.UntrustedDeadLetter}
 
 // Load reads, decodes and validates the file at path.
 func Load(path string) (*Config, error) {
@@ -746,8 +786,23 @@ func (c *Config) Validate() error {
 	if c.Aggregate.MaxMetricsPerDevice > c.Aggregate.MaxSeries && c.Aggregate.MaxSeries > 0 {
 		add("aggregate.max_metrics_per_device", "%d exceeds aggregate.max_series (%d); lower it or raise max_series", c.Aggregate.MaxMetricsPerDevice, c.Aggregate.MaxSeries)
 	}
+	if _, ok := untrustedPolicies[c.Aggregate.UntrustedDeviceTime]; !ok {
+		add("aggregate.untrusted_device_time", "%q is not a policy; use arrival (stamp a reading whose device clock was never set on arrival, while the gateway clock is synchronized) or deadletter", c.Aggregate.UntrustedDeviceTime)
+	}
+	if d := c.Aggregate.MaxDeviceSkew.D(); d != 0 && (d < time.Second || d > 24*time.Hour) {
+		add("aggregate.max_device_skew", "%v is out of range; use 1s to 24h, or 0 to report no skewed device clocks", d)
+	}
 	if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
+	}
+	if b := c.Clock.HoldMaxBytes; b != 0 && (b < 64<<10 || b > 4<<30) {
+		add("clock.hold_max_bytes", "%d bytes is out of range; use 64KiB to 4GiB (the default 64MiB holds about half a million readings), or 0 to hold none and aggregate them at once, unverified", int64(b))
+	}
+	if d := c.Clock.HoldMaxAge.D(); d < time.Second || d > 7*24*time.Hour {
+		add("clock.hold_max_age", "%v is out of range; use 1s to 168h: how long readings wait for the clock to be synchronized (their windows are late by as much)", d)
+	}
+	if s := c.Clock.Synchronized; s != "auto" && s != "always" {
+		add("clock.synchronized", "%q is not a choice; use auto (ask the kernel, as chrony, ntpd and systemd-timesyncd keep it) or always (the clock is right whatever the kernel says: a battery-backed RTC)", s)
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		add("kafka.brokers", "is required; list your Kafka bootstrap brokers as host:port, e.g. [kafka-1.example.com:9092]")

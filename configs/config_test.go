@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edgegate/edgegate/aggregate"
 )
 
 func TestGoodConfigs(t *testing.T) {
@@ -44,12 +46,16 @@ func TestFullConfigValues(t *testing.T) {
 	}
 	a := c.AggregateConfig()
 	if a.Gateway != "gw.hall-3_b" || a.Window != 10*time.Second || a.MaxOutOfOrder != 2*time.Second ||
-		a.IdleClose != 30*time.Second || a.AllowedLateness != time.Hour || a.MaxFutureSkew != 30*time.Second || a.MaxRetained != 10 {
+		a.IdleClose != 30*time.Second || a.AllowedLateness != time.Hour || a.MaxFutureSkew != 30*time.Second || a.MaxRetained != 10 ||
+		a.UntrustedDeviceTime != aggregate.UntrustedDeadLetter || a.MaxDeviceSkew != 30*time.Second || a.TimeFloor.Before(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("aggregate config = %+v", a)
 	}
 	if c.MQTT.Listen != "127.0.0.1:1884" || c.MQTT.Topics[0] != "plant/{device}/m/{metric}" || len(c.Kafka.Brokers) != 2 ||
 		c.Kafka.SummariesTopic != "s" || c.HTTP.Listen != "" || c.Log.Format != "json" {
 		t.Errorf("config = %+v", c)
+	}
+	if o := c.GatewayOptions(nil); c.Clock.Synchronized != "always" || o.HoldMaxBytes != 1<<20 || o.HoldMaxAge != 10*time.Minute {
+		t.Errorf("clock = %+v", c.Clock)
 	}
 	if c.Storage.MaxBytes != 64<<20 || c.Storage.FullPolicy != "drop_oldest" {
 		t.Errorf("storage = %+v", c.Storage)

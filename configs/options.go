@@ -72,8 +72,10 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			WriteTimeout:           m.WriteTimeout.D(),
 		},
-		Sensors: ss,
-		OpenBus: openBus,
+		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),
+		HoldMaxAge:   c.Clock.HoldMaxAge.D(),
+		Sensors:      ss,
+		OpenBus:      openBus,
 		SensorTopic: func(device, metric string) string {
 			t, _ := c.SensorTopic(device, metric) // validated: a pattern exists
 			return t

@@ -219,6 +219,46 @@ func TestClockSkewAndDrift(t *testing.T) {
 	}
 }
 
+// TestClockUnsetThenSet: a device whose clock was never set stamps its
+// readings from 1970, counting from its start, until its clock is set
+// (ClockStepAt); then with true time. One 3 days stale is behind by that
+// until it is set. The bounds hold however slowly the machine runs: a
+// reading is sampled after the test began and before it arrived.
+func TestClockUnsetThenSet(t *testing.T) {
+	const stepAt = 500 * time.Millisecond
+	for name, b := range map[string]firmwaresim.Behaviour{
+		"unset": {ClockUnset: true, ClockStepAt: stepAt},
+		"stale": {ClockOffset: -72 * time.Hour, ClockStepAt: stepAt},
+	} {
+		t.Run(name, func(t *testing.T) {
+			addr, w := startBroker(t)
+			dev := firmwaresim.Device{ID: name, Metrics: oneMetric(), Interval: 20 * time.Millisecond, QoS: 1, Form: firmwaresim.FormVT, Behaviour: b}
+			began := time.Now()
+			runFor(t, addr, dev, 1500*time.Millisecond)
+			before, after := 0, 0
+			for _, a := range w.of(name) {
+				at := eventTime(t, a.payload)
+				switch {
+				case !at.Before(began.Add(stepAt)) && !at.After(a.at): // set: true time, sampled before it arrived
+					after++
+				case name == "unset" && !at.Before(time.Unix(0, 0)) && at.Before(time.Unix(0, 0).Add(stepAt)):
+					before++
+				case name == "stale" && !at.Add(72*time.Hour).Before(began) && !at.Add(72*time.Hour).After(a.at):
+					before++
+				default:
+					t.Errorf("event time %v arrived at %v", at, a.at)
+				}
+				if after > 0 && at.Before(began) {
+					t.Errorf("the clock went wrong again after it was set: %v at %v", at, a.at)
+				}
+			}
+			if before == 0 || after == 0 {
+				t.Errorf("%d publications before the clock was set, %d after; want both", before, after)
+			}
+		})
+	}
+}
+
 // TestDuplicatesSent: with DuplicateProb 1 every publication goes out
 // twice, back to back, as two publications; the truth log says which is
 // the duplicate.

@@ -145,6 +145,15 @@ type Behaviour struct {
 	// start. Event times in payloads come from this clock.
 	ClockSkew  time.Duration
 	ClockDrift float64
+	// ClockUnset: the device's clock was never set, and counts from 1970
+	// at the fleet's start (an ESP32 before SNTP). ClockOffset sets it
+	// that far from true time instead (negative: behind, a stale saved
+	// time). At ClockStepAt after the fleet's start (if set) the clock is
+	// set right, as NTP or SNTP does once it answers: it steps to true
+	// time, forward or back, and keeps it.
+	ClockUnset  bool
+	ClockOffset time.Duration
+	ClockStepAt time.Duration
 	// DuplicateProb is the chance that a publication is sent twice (a
 	// firmware retry bug: the second is a new publication, not a DUP).
 	DuplicateProb float64
@@ -447,9 +456,17 @@ type device struct {
 	sp *spState // a Sparkplug edge node's session; nil for other forms
 }
 
-// clock is the device's own clock: skewed and drifting.
+// clock is the device's own clock: skewed and drifting, or unset or off
+// until it is set at ClockStepAt.
 func (dv *device) clock(t time.Time) time.Time {
-	return t.Add(dv.d.ClockSkew + time.Duration(dv.d.ClockDrift*float64(t.Sub(dv.start))))
+	up := t.Sub(dv.start)
+	switch d := dv.d; {
+	case d.ClockStepAt > 0 && up >= d.ClockStepAt:
+		return t
+	case d.ClockUnset:
+		return time.Unix(0, 0).UTC().Add(up)
+	}
+	return t.Add(dv.d.ClockOffset + dv.d.ClockSkew + time.Duration(dv.d.ClockDrift*float64(up)))
 }
 
 func (dv *device) pending() int {

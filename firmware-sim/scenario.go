@@ -66,6 +66,12 @@ type BehaviourSpec struct {
 	} `yaml:"offline"`
 	ClockSkew     Duration `yaml:"clock_skew"`
 	ClockDriftPPM float64  `yaml:"clock_drift_ppm"`
+	// Clock: "unset" (counts from 1970 at the start, as an ESP32 before
+	// SNTP), "stale 72h" (that far behind: a Raspberry Pi's saved time) or
+	// "ahead 2h"; StepAt, after the start, sets it right (a step to true
+	// time). Empty: true time, with clock_skew and clock_drift_ppm.
+	Clock         string   `yaml:"clock"`
+	StepAt        Duration `yaml:"step_at"`
 	Duplicates    float64  `yaml:"duplicate_probability"`
 	ReorderWithin Duration `yaml:"reorder_within"`
 	Malformed     float64  `yaml:"malformed_probability"`
@@ -165,6 +171,12 @@ func ParseScenario(data []byte) (*Scenario, error) {
 			if o := b.Offline; o != nil && (o.Every <= 0 || o.For <= 0 || o.For >= o.Every) {
 				add("%s.offline: want 0 < for < every", bt)
 			}
+			if _, _, err := parseClock(b.Clock); err != nil {
+				add("%s.clock: %v", bt, err)
+			}
+			if b.StepAt < 0 {
+				add("%s.step_at: must not be negative", bt)
+			}
 			for name, v := range map[string]float64{"duplicate_probability": b.Duplicates, "malformed_probability": b.Malformed, "alias_loss_probability": b.AliasLoss} {
 				if v < 0 || v > 1 {
 					add("%s.%s: %g; use 0 to 1", bt, name, v)
@@ -184,6 +196,31 @@ func ParseScenario(data []byte) (*Scenario, error) {
 }
 
 var forms = map[string]Form{"bare": FormBare, "v+t": FormVT, "object": FormObject, "senml": FormSenML, "sparkplug": FormSparkplug}
+
+// parseClock reads a behaviour's clock: "", "unset", "stale <duration>"
+// or "ahead <duration>".
+func parseClock(s string) (unset bool, offset time.Duration, err error) {
+	word, arg, _ := strings.Cut(strings.TrimSpace(s), " ")
+	switch word {
+	case "":
+		return false, 0, nil
+	case "unset":
+		if arg != "" {
+			return false, 0, fmt.Errorf("%q: unset takes no duration", s)
+		}
+		return true, 0, nil
+	case "stale", "ahead":
+		d, err := time.ParseDuration(strings.TrimSpace(arg))
+		if err != nil || d <= 0 {
+			return false, 0, fmt.Errorf("%q: want %s and a positive duration, e.g. %s 72h", s, word, word)
+		}
+		if word == "stale" {
+			d = -d
+		}
+		return false, d, nil
+	}
+	return false, 0, fmt.Errorf("%q: use unset, stale <duration> or ahead <duration>", s)
+}
 
 // Fleet builds the scenario's fleet against addr.
 func (s *Scenario) Fleet(addr string) *Fleet {
@@ -226,6 +263,12 @@ func (s *Scenario) Fleet(addr string) *Fleet {
 				if b.ClockDriftPPM != 0 {
 					d.ClockDrift = b.ClockDriftPPM / 1e6
 				}
+				if unset, off, _ := parseClock(b.Clock); unset || off != 0 {
+					d.ClockUnset, d.ClockOffset = unset, off
+				}
+				if b.StepAt > 0 {
+					d.ClockStepAt = b.StepAt.D()
+				}
 				d.DuplicateProb = max(d.DuplicateProb, b.Duplicates)
 				d.MalformedProb = max(d.MalformedProb, b.Malformed)
 				d.AliasLossProb = max(d.AliasLossProb, b.AliasLoss)
@@ -247,9 +290,10 @@ func (s *Scenario) Fleet(addr string) *Fleet {
 }
 
 // Scale runs the scenario k times faster: every duration in it (the run,
-// intervals, signal periods, outages, skews, reorder bounds, storms,
-// subscriber delays) is divided by k. Tests and demos use it with a
-// gateway whose window settings are divided by k too.
+// intervals, signal periods, outages, skews, stale or ahead clocks and
+// when they are set right, reorder bounds, storms, subscriber delays) is
+// divided by k. Tests and demos use it with a gateway whose window
+// settings are divided by k too.
 func (s *Scenario) Scale(k float64) {
 	if k <= 0 || k == 1 {
 		return
@@ -274,6 +318,14 @@ func (s *Scenario) Scale(k float64) {
 			}
 			div(&b.ClockSkew)
 			div(&b.ReorderWithin)
+			div(&b.StepAt)
+			if unset, off, err := parseClock(b.Clock); err == nil && !unset && off != 0 {
+				word := "ahead"
+				if off < 0 {
+					word, off = "stale", -off
+				}
+				b.Clock = word + " " + time.Duration(float64(off)/k).String()
+			}
 		}
 	}
 	for i := range s.Subscribers {

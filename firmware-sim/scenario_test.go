@@ -20,6 +20,7 @@ func TestScenarioFiles(t *testing.T) {
 		"storm":           {1000, 0, 0, 0, 0, 0, 0, 0, 500, 0, 0},
 		"bad-payloads":    {20, 2, 0, 0, 0, 0, 20, 10, 0, 0, 0},
 		"sparkplug":       {30, 0, 20, 5, 0, 0, 0, 0, 10, 30, 7},
+		"clocks":          {24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
 	}
 	if len(files) != len(want) {
 		t.Fatalf("scenario files %v, want %d", files, len(want))
@@ -70,6 +71,29 @@ func TestScenarioFiles(t *testing.T) {
 	}
 }
 
+// TestClockScenario: the clocks scenario's devices get the clocks its file
+// gives, scaled with the rest.
+func TestClockScenario(t *testing.T) {
+	s, err := firmwaresim.LoadScenario("../configs/sim/clocks.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Scale(10)
+	type clock struct {
+		unset  bool
+		offset time.Duration
+		stepAt time.Duration
+	}
+	want := map[string]clock{"esp-unset": {true, 0, 0}, "esp-sntp": {true, 0, 5 * time.Second}, "pi-stale": {false, -72 * time.Hour / 10, 7 * time.Second},
+		"stale": {false, -72 * time.Hour / 10, 0}, "ahead": {false, 2 * time.Hour / 10, 6 * time.Second}, "synced": {}}
+	for _, d := range s.Fleet("127.0.0.1:1883").Devices {
+		group := d.ID[:strings.LastIndex(d.ID, "-")]
+		if got := (clock{d.ClockUnset, d.ClockOffset, d.ClockStepAt}); got != want[group] {
+			t.Errorf("%s: clock %+v, want %+v", d.ID, got, want[group])
+		}
+	}
+}
+
 func TestScenarioErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, qos: 3}]", "groups[0].qos: 3; use 0, 1 or 2"},
@@ -78,6 +102,8 @@ func TestScenarioErrors(t *testing.T) {
 		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, behaviours: [{fraction: 2}]}]", "behaviours[0].fraction: 2"},
 		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, behaviours: [{fraction: 1, offline: {every: 10s, for: 20s}}]}]", "offline: want 0 < for < every"},
 		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, protocol: '3'}]", `protocol: "3"`},
+		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, behaviours: [{fraction: 1, clock: late}]}]", `clock: "late": use unset, stale <duration> or ahead <duration>`},
+		{"name: x\nduration: 1m\ngroups: [{name: a, count: 1, interval: 1s, behaviours: [{fraction: 1, clock: stale soon}]}]", `clock: "stale soon": want stale and a positive duration`},
 	} {
 		if _, err := firmwaresim.ParseScenario([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want %q", tc.yaml, err, tc.want)

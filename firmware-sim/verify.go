@@ -20,11 +20,23 @@ type Rules struct {
 	MaxOutOfOrder   time.Duration // watermark = latest event time − this
 	AllowedLateness time.Duration // behind the watermark by more: dead letter
 	MaxFutureSkew   time.Duration // ahead of arrival by more: dead letter
+	// TimeFloor: a device time before it is a clock that was never set.
+	// Such a reading is stamped on arrival (UntrustedDeviceTime
+	// "arrival", while the gateway's clock is synchronized) or a dead
+	// letter ("deadletter").
+	TimeFloor           time.Time
+	UntrustedDeviceTime string
 }
+
+// DefaultTimeFloor is the gateway's floor at the least: it takes a year
+// before its build, and never before 2025-01-01. A scenario's times are far
+// from both (1970, or days from now).
+var DefaultTimeFloor = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // DefaultRules are the gateway's defaults.
 func DefaultRules() Rules {
-	return Rules{Window: time.Minute, MaxOutOfOrder: 5 * time.Second, AllowedLateness: 24 * time.Hour, MaxFutureSkew: 2 * time.Minute}
+	return Rules{Window: time.Minute, MaxOutOfOrder: 5 * time.Second, AllowedLateness: 24 * time.Hour, MaxFutureSkew: 2 * time.Minute,
+		TimeFloor: DefaultTimeFloor, UntrustedDeviceTime: "arrival"}
 }
 
 // Found is a summary as read from Kafka, decoded on its own terms.
@@ -46,6 +58,11 @@ type Found struct {
 	Stddev      float64   `json:"stddev"`
 	Revision    int       `json:"revision"`
 	Late        int64     `json:"late"`
+	// Where its readings' times came from (empty from older gateways).
+	TimeSource     string `json:"time_source"`
+	TimeReplaced   int64  `json:"time_replaced"`
+	TimeRebased    int64  `json:"time_rebased"`
+	TimeUnverified int64  `json:"time_unverified"`
 	// Where it was read: records are compared in this order.
 	Partition int32 `json:"-"`
 	Offset    int64 `json:"-"`
@@ -67,6 +84,9 @@ type expectedWindow struct {
 	values        []float64
 	first, last   float64
 	firstT, lastT time.Time
+	// gateway: readings the gateway stamps (bare ones, and those of a
+	// clock never set); replaced: of them, those of a clock never set.
+	gateway, replaced int
 }
 
 func (w *expectedWindow) add(t time.Time, v float64, unit string) {
@@ -148,6 +168,10 @@ func (r *Report) problem(format string, args ...any) {
 //     computed from the readings; the found window is its highest
 //     revision; count must be equal, the other fields equal to 1e-9
 //     (stddev 1e-6), relative;
+//   - a reading the device stamped before Rules.TimeFloor (its clock
+//     never set) is stamped on arrival, as a bare one is, or is a dead
+//     letter (UntrustedDeviceTime "deadletter"); the found window's
+//     time_source (device, gateway, mixed) and time_replaced must say so;
 //   - a duplicate is a summary id read twice;
 //   - an order violation is a device's summaries on more than one
 //     partition, a revision read after a higher one of its window, or a
@@ -173,7 +197,12 @@ func Verify(truth []Sent, found []Found, rules Rules) *Report {
 		}
 		d.Readings++
 		at := s.Time
-		if s.Bare {
+		unset := !s.Bare && !rules.TimeFloor.IsZero() && s.Time.Before(rules.TimeFloor)
+		if unset && rules.UntrustedDeviceTime == "deadletter" {
+			d.Dropped++
+			continue
+		}
+		if s.Bare || unset {
 			// The gateway stamps a bare reading with its arrival, which
 			// lies between the attempt's start and end.
 			at = s.SendStart
@@ -202,6 +231,12 @@ func Verify(truth []Sent, found []Found, rules Rules) *Report {
 			want[k] = w
 		}
 		w.add(at, s.Value, s.Unit)
+		if s.Bare || unset {
+			w.gateway++
+		}
+		if unset {
+			w.replaced++
+		}
 	}
 
 	// The highest revision of each window, duplicates and order.
@@ -338,6 +373,21 @@ func compare(w *expectedWindow, f Found) []string {
 	}
 	if w.unit != "" && f.Unit != w.unit {
 		diffs = append(diffs, fmt.Sprintf("unit %q, want %q", f.Unit, w.unit))
+	}
+	if f.TimeSource != "" { // older gateways do not say
+		source := "mixed"
+		switch w.gateway {
+		case 0:
+			source = "device"
+		case n:
+			source = "gateway"
+		}
+		if f.TimeSource != source {
+			diffs = append(diffs, fmt.Sprintf("time_source %q, want %q", f.TimeSource, source))
+		}
+		if f.TimeReplaced != int64(w.replaced) {
+			diffs = append(diffs, fmt.Sprintf("time_replaced %d, want %d", f.TimeReplaced, w.replaced))
+		}
 	}
 	return diffs
 }

@@ -67,6 +67,27 @@ func TestVerifyRules(t *testing.T) {
 			t.Errorf("ok %v, ambiguous %d: %v", r.OK(), r.Total.Ambiguous, r.Problems)
 		}
 	})
+	t.Run("a clock never set: stamped on arrival, and the summary says so", func(t *testing.T) {
+		unset := reading("a", time.Unix(10, 0), 3) // 1970
+		unset.SendStart, unset.SentAt = w0.Add(2*time.Second), w0.Add(2*time.Second)
+		truth := []firmwaresim.Sent{reading("a", w0.Add(time.Second), 5), unset}
+		f := found("a", w0, 2, 8, 3, 5, 5, 3, 1)
+		f.TimeSource, f.TimeReplaced = "mixed", 1
+		if r := firmwaresim.Verify(truth, []firmwaresim.Found{f}, rules); !r.OK() {
+			t.Error(r.Problems)
+		}
+		f.TimeSource, f.TimeReplaced = "device", 0
+		r := firmwaresim.Verify(truth, []firmwaresim.Found{f}, rules)
+		if r.OK() || !strings.Contains(strings.Join(r.Problems, ""), `time_source "device", want "mixed", time_replaced 0, want 1`) {
+			t.Errorf("problems %v", r.Problems)
+		}
+		rules := rules
+		rules.UntrustedDeviceTime = "deadletter"
+		r = firmwaresim.Verify(truth, []firmwaresim.Found{found("a", w0, 1, 5, 5, 5, 5, 5, 0)}, rules)
+		if !r.OK() || r.Total.Dropped != 1 {
+			t.Errorf("deadletter: ok %v, dropped %d: %v", r.OK(), r.Total.Dropped, r.Problems)
+		}
+	})
 	t.Run("a wrong stddev and unit are found", func(t *testing.T) {
 		x, y := reading("a", w0, 1), reading("a", w0.Add(time.Second), 3)
 		x.Unit, y.Unit = "Cel", "Cel"

@@ -21,6 +21,14 @@ func (g *Gateway) Tick() error {
 		return err
 	}
 	return b.Wait()
+
+}
+
+// TicksApplied returns the number of ticks applied.
+func (g *Gateway) TicksApplied() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ticks
 }
 
 // CloseFiles closes the journal and state file and the broker's listeners

@@ -29,6 +29,7 @@ import (
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/bridge/queue"
 	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/clock"
 	"github.com/edgegate/edgegate/gateway/internal/lograte"
 	"github.com/edgegate/edgegate/gateway/journal"
 	"github.com/edgegate/edgegate/gateway/payload"
@@ -42,25 +43,36 @@ type Gateway struct {
 	opts   Options
 	log    *slog.Logger
 	now    func() time.Time
+	clk    clock.Clock
 	out    Output
 	broker *broker.Broker
 	dec    *payload.Decoder
 	jlog   *queue.Log // the ingest journal, <data_dir>/ingest
 	j      *journal.Journal
 	state  *journal.StateDB // checkpoint and closed windows, <data_dir>/state/state.db
+	// holdLog keeps the readings stamped while the clock is not
+	// synchronized, <data_dir>/hold (hold.go).
+	holdLog *queue.Log
 
 	mu       sync.Mutex // serialises applying events: the aggregator, ing and what follows
 	agg      *aggregate.Aggregator
 	ing      ingestHandler
-	clock    time.Time // the aggregator's clock: the time of the latest event applied
-	cur      Mark      // the event being applied, and its outputs so far
-	suppress Mark      // outputs up to this mark are already stored (replay)
-	applied  uint64    // journal sequence of the latest event applied
+	tl       timeline // the aggregator's clock: the gateway and elapsed time of the latest event applied
+	cw       clockWatch
+	cur      Mark   // the event being applied, and its outputs so far
+	suppress Mark   // outputs up to this mark are already stored (replay)
+	applied  uint64 // journal sequence of the latest event applied
 	sessions map[string]journal.Session
 	awaitRel journal.PIDSets                            // QoS 2 publications received (PUBREC sent) whose PUBREL has not come
 	subs     map[string]map[string]journal.Subscription // client → filter → subscription
 	dup      *journal.Dedupe
 	lastCP   uint64 // sequence of the latest checkpoint written
+	ticks    uint64 // ticks applied (replayed ones included)
+
+	replaying bool         // the journal is being replayed (recover)
+	hold      journal.Hold // what the hold log holds (hold.go)
+	holdMark  uint64       // journal sequence of the last publication in the hold log at start
+	holdBuf   []byte
 
 	sensors *sensors.Poller // the gateway's own I²C sensors; nil without any
 
@@ -88,12 +100,16 @@ type Gateway struct {
 
 // New opens the ingest journal in o.DataDir, rebuilds the state from the
 // latest checkpoint and the journal after it, creates the broker and binds
-// its listeners. now is the clock (time.Now in production). Nothing runs
-// until Run.
+// its listeners. The clock is o.Clock; without one, now (time.Now if nil)
+// taken as synchronized (clock.FromWall). Nothing runs until Run.
 func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gateway, error) {
 	if now == nil {
 		now = time.Now
 	}
+	if o.Clock == nil {
+		o.Clock = clock.FromWall(now)
+	}
+	now = o.Clock.Now
 	if o.DeadLetterPayload <= 0 {
 		o.DeadLetterPayload = DefaultDeadLetterPayload
 	}
@@ -101,7 +117,7 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.topics: %w", err)
 	}
-	g := &Gateway{opts: o, log: log, now: now, out: out, dec: dec, sessions: map[string]journal.Session{}, awaitRel: journal.PIDSets{},
+	g := &Gateway{opts: o, log: log, now: now, clk: o.Clock, tl: newTimeline(), out: out, dec: dec, sessions: map[string]journal.Session{}, awaitRel: journal.PIDSets{},
 		subs: map[string]map[string]journal.Subscription{},
 		dup:  journal.NewDedupe(o.Broker.ReceiveMaximum, 100_000)}
 	g.logLimiter.Every = 10 * time.Second
@@ -109,7 +125,7 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if o.Sparkplug != nil {
 		g.sp = sparkplug.New(*o.Sparkplug)
 	}
-	g.agg, err = aggregate.New(o.Aggregate, func() time.Time { return g.clock }, g.emitSummary)
+	g.agg, err = aggregate.New(o.Aggregate, aggClock{&g.tl}, g.emitSummary)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate: %w", err)
 	}
@@ -121,7 +137,11 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	if err := g.recover(); err != nil {
 		return nil, err
 	}
-	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Apply: g.apply, Ack: g.broker.WriteAcks})
+	g.j = journal.New(g.jlog, journal.Options{Interval: o.FsyncInterval, Now: now, Mono: g.clk.Monotonic, Apply: g.apply, Ack: g.broker.WriteAcks})
+	s := g.cw.init(g.clk)
+	g.j.SetClock(clockState(g.clk.BootID(), s))
+	log.Info("gateway clock", "synchronized", s.Synchronized, "source", s.Source, "max_error", s.MaxError.String(),
+		"time", g.clk.Now().UTC(), "boot", g.clk.BootID())
 	if err := g.broker.Listen(g.j); err != nil {
 		g.closeFiles()
 		return nil, err
@@ -197,6 +217,12 @@ func (g *Gateway) recover() error {
 		g.state.Close()
 		return fmt.Errorf("gateway.data_dir: open ingest journal: %w", err)
 	}
+	// Small segments: released ones are removed whole, after a checkpoint.
+	g.holdLog, err = queue.Open(filepath.Join(dir, "hold"), queue.Options{SegmentBytes: 4 << 20, Logger: g.log.With("component", "hold")})
+	if err != nil {
+		g.closeFiles()
+		return fmt.Errorf("gateway.data_dir: open hold log: %w", err)
+	}
 	fail := func(err error) error {
 		g.closeFiles()
 		return err
@@ -229,6 +255,7 @@ func (g *Gateway) recover() error {
 			cp.Seq = js.Next - 1
 			g.suppress = Mark{}
 		}
+		g.tl = restoredTimeline(cp)
 		if err := g.agg.Restore(cp.Agg); err != nil {
 			// Typically aggregate.window was changed: windows of the old
 			// size cannot continue.
@@ -238,7 +265,6 @@ func (g *Gateway) recover() error {
 				return fail(fmt.Errorf("clear stored windows: %w", err))
 			}
 		}
-		g.clock = time.Unix(0, cp.Clock)
 		g.sessions, g.dup.Rings, g.awaitRel, g.subs = cp.Sessions, cp.Rings, cp.AwaitRel, cp.Subs
 		g.restoreSparkplug(cp.Sparkplug)
 		g.applied, g.lastCP = cp.Seq, cp.Seq
@@ -252,6 +278,7 @@ func (g *Gateway) recover() error {
 	if err := g.reportRebuild(rec, cp, js); err != nil {
 		return fail(err)
 	}
+	g.restoreHold(cp)
 	n, err := g.replay(from)
 	if err != nil {
 		return fail(err)
@@ -328,7 +355,11 @@ func (g *Gateway) firstEventTime(seq uint64) int64 {
 
 // closeFiles closes the journal and the state file.
 func (g *Gateway) closeFiles() error {
-	return errors.Join(g.jlog.Close(), g.state.Close())
+	var herr error
+	if g.holdLog != nil {
+		herr = g.holdLog.Close()
+	}
+	return errors.Join(g.jlog.Close(), g.state.Close(), herr)
 }
 
 // replay applies the durable journal records from sequence from on.
@@ -337,6 +368,8 @@ func (g *Gateway) replay(from uint64) (int, error) {
 	defer r.Close()
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.replaying = true
+	defer func() { g.replaying = false }()
 	n := 0
 	for {
 		seq, rec, err := r.Next()
@@ -375,9 +408,8 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.log.Error("ingest journal record undecodable; skipped", "seq", seq, "err", err)
 		return
 	}
-	if t := time.Unix(0, e.At); t.After(g.clock) {
-		g.clock = t
-	}
+	g.tl.advance(&e) // a step is logged by watchClock, as it happens
+	now := time.Unix(0, g.tl.clock)
 	switch e.Kind {
 	case journal.KindPublish:
 		if e.Flags&journal.FlagQoSMask > 0 {
@@ -394,10 +426,12 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 			g.awaitRel.Add(string(e.Client), e.PID)
 		}
 		g.ing.device = unsafe.String(unsafe.SliceData(e.Device), len(e.Device))
+		g.ing.local = e.Flags&journal.FlagLocal != 0
 		g.ingestLocked(unsafe.String(unsafe.SliceData(e.Topic), len(e.Topic)),
-			unsafe.String(unsafe.SliceData(e.Client), len(e.Client)), e.Payload, g.clock)
-		g.ing.device = ""
+			unsafe.String(unsafe.SliceData(e.Client), len(e.Client)), e.Payload, now)
+		g.ing.device, g.ing.local = "", false
 	case journal.KindTick:
+		g.ticks++
 		g.agg.Tick()
 	case journal.KindFlush:
 		g.agg.Flush()
@@ -422,6 +456,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 			delete(g.subs, string(e.Client))
 		}
 	}
+	g.checkHold(seq)
 }
 
 // emitSummary passes a summary to the Output with its mark, unless a
@@ -508,10 +543,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-t.C:
+			g.watchClock()
 			// Only ticks that can change something are journaled, so an
 			// idle gateway does not fsync every second.
 			g.mu.Lock()
-			due := g.agg.TickDue(g.now())
+			el := g.tl.elapsedAt(g.clk.BootID(), g.clk.Monotonic(), g.clk.Now())
+			due := g.agg.TickDue(el) || g.holdDue(el)
 			g.mu.Unlock()
 			if due {
 				g.j.Clock(journal.KindTick) // an error here is the journal's failure, reported below
@@ -588,8 +625,15 @@ func (g *Gateway) checkpoint() error {
 	if err := g.out.Sync(); err != nil {
 		return err
 	}
-	c := journal.Checkpoint{Seq: g.applied, Clock: g.clock.UnixNano(), Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs,
-		Sparkplug: g.sparkplugSnapshot()}
+	if err := g.holdLog.Sync(); err != nil {
+		g.cpFailures.Add(1)
+		return fmt.Errorf("sync hold log: %w", err)
+	}
+	// The clock as of the latest event, but never ahead of now: a forward
+	// glitch since undone does not outlive a restart.
+	clk := min(g.tl.clock, g.clk.Now().UnixNano()+g.tl.Offset)
+	c := journal.Checkpoint{Seq: g.applied, Clock: clk, Snapshot: g.agg.AppendSnapshot, Sessions: g.sessions, Rings: g.dup.Rings, AwaitRel: g.awaitRel, Subs: g.subs,
+		Time: g.tl.TimeLine, Hold: g.hold, Sparkplug: g.sparkplugSnapshot()}
 	data := c.Encode()
 	windows, deleted, err := g.state.Commit(c.Seq, data, g.agg)
 	if err != nil {
@@ -608,6 +652,9 @@ func (g *Gateway) checkpoint() error {
 	if err := g.jlog.DropBefore(prev + 1); err != nil {
 		g.log.Error("ingest journal segments not removed", "err", err)
 	}
+	if err := g.holdLog.DropBefore(g.hold.Start); err != nil {
+		g.log.Error("hold log segments not removed", "err", err)
+	}
 	return nil
 }
 
@@ -623,7 +670,11 @@ type Stats struct {
 	Series      int // series held in memory (aggregate.max_series bounds them)
 	Retained    int
 	Devices     int
-	Sessions    int // persistent MQTT sessions kept across restarts
+	// SkewedDevices counts devices whose clocks are off the gateway's
+	// synchronized clock by more than aggregate.max_device_skew (see
+	// DeviceList for each one's offset).
+	SkewedDevices int
+	Sessions      int // persistent MQTT sessions kept across restarts
 	// SessionsEvicted counts persistent sessions ended early to make room
 	// (mqtt.max_sessions, mqtt.max_sessions_per_identity).
 	SessionsEvicted uint64
@@ -640,6 +691,8 @@ type Stats struct {
 	BytesIn     int64  // MQTT bytes received
 	BytesOut    int64  // MQTT bytes sent
 	Journal     JournalStats
+	Clock       ClockStats
+	Hold        HoldStats        // readings stamped while the clock is not synchronized, held for it
 	Sensors     []sensors.Status `json:",omitempty"`
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
@@ -674,14 +727,17 @@ func (g *Gateway) Stats() Stats {
 	g.mu.Lock()
 	c := g.agg.Counts()
 	s := Stats{
-		OpenWindows: g.agg.OpenWindows(),
-		Series:      g.agg.Series(),
-		Retained:    g.agg.Retained(),
-		Devices:     g.agg.Devices(),
-		Summaries:   c.Summaries,
-		Sessions:    len(g.sessions),
+		OpenWindows:   g.agg.OpenWindows(),
+		Series:        g.agg.Series(),
+		Retained:      g.agg.Retained(),
+		Devices:       g.agg.Devices(),
+		SkewedDevices: g.agg.SkewedDevices(),
+		Summaries:     c.Summaries,
+		Sessions:      len(g.sessions),
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
+	s.Clock = g.cw.clockStats(g.tl.Offset)
+	s.Hold = g.holdStats()
 	g.agg.DeviceStats(func(d aggregate.DeviceStat) bool {
 		s.DeviceList = append(s.DeviceList, d)
 		return len(s.DeviceList) < maxDeviceStats
@@ -715,7 +771,7 @@ func (g *Gateway) Stats() Stats {
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
 	s.Outcomes = map[string]uint64{}
-	for o := aggregate.Aggregated; o <= aggregate.TooManySeries; o++ {
+	for o := range aggregate.Outcome(aggregate.NumOutcomes) {
 		s.Outcomes[o.String()] = c.Of(o)
 	}
 	s.Rejected = map[payload.Reason]uint64{}

@@ -33,10 +33,12 @@ type ingestHandler struct {
 	topic   string
 	client  string
 	device  string // if set, the only device the readings may name (journal.FlagDevice)
+	local   bool   // the gateway's own publication (journal.FlagLocal): its times are the gateway's clock
 	payload []byte
 	now     time.Time
-	dl      DeadLetter // the publication's dead letter so far; Reason is empty while nothing was refused
-	payOnce bool       // the payload is in dl
+	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
+	payOnce bool          // the payload is in dl
+	held    []heldReading // readings held until the clock is synchronized (hold.go)
 }
 
 // ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
@@ -55,6 +57,19 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		// not under the device it tried to speak for.
 		h.refuse(DeadItem{Reason: ReasonDeviceNotAllowed, Detail: detail, HasReading: true, Reading: r}, h.device)
 		return
+	}
+	if h.local {
+		// The gateway's own sensor: polled and journaled at once, so its
+		// time is the event's. (The Unix ms in its payload would also
+		// read as seconds while the clock is near 1970.)
+		r.Time, r.Timing = h.now, aggregate.GatewayTime
+	}
+	if r.Timing == aggregate.GatewayTime && !h.g.tl.Synchronized {
+		if h.g.holding() {
+			h.held = append(h.held, heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()})
+			return
+		}
+		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0
 	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() {
@@ -124,6 +139,11 @@ func outcomeDetail(o aggregate.Outcome) string {
 		return "reading is later than aggregate.allowed_lateness behind its device's watermark"
 	case aggregate.Future:
 		return "reading is stamped further ahead of the gateway clock than aggregate.max_future_skew"
+	case aggregate.DeviceClockUnset:
+		return "the device stamped the reading before any real reading can be (its clock was never set: set it by NTP or SNTP); " +
+			"with aggregate.untrusted_device_time: arrival it is stamped on arrival while the gateway clock is synchronized"
+	case aggregate.GatewayClockUnset:
+		return "the gateway stamped the reading and its own clock is before any real reading can be: synchronize it (chrony or systemd-timesyncd)"
 	case aggregate.Evicted:
 		return "the window's state was evicted (aggregate.max_retained_windows), so it cannot be revised"
 	case aggregate.Invalid:
@@ -167,6 +187,7 @@ func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time)
 		*d = DeadLetter{Payload: d.Payload[:0], Reasons: d.Reasons[:0], Items: clearItems(d.Items)}
 	}
 	h.payload, h.payOnce = nil, false
+	g.holdPublication(topic, client)
 	if matched {
 		g.publishes.Add(1)
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/edgegate/edgegate/aggregate"
 	"github.com/edgegate/edgegate/gateway/broker"
+	"github.com/edgegate/edgegate/gateway/clock"
 	"github.com/edgegate/edgegate/gateway/sensors"
 	"github.com/edgegate/edgegate/gateway/sparkplug"
 	"periph.io/x/conn/v3/i2c"
@@ -45,4 +46,14 @@ type Options struct {
 	// the BIRTH, DATA and DEATH messages of the groups served (package
 	// sparkplug) and publishes its STATE and rebirth requests.
 	Sparkplug *sparkplug.Options
+	// Clock is the gateway's clock: wall, monotonic, boot and
+	// synchronization (clock.System in production). Nil: the now given to
+	// New, taken as synchronized.
+	Clock clock.Clock
+	// HoldMaxBytes and HoldMaxAge bound the hold of readings the gateway
+	// stamps while its clock is not synchronized (hold.go): beyond either,
+	// they are aggregated unverified. HoldMaxBytes 0 holds none: they are
+	// aggregated at once, unverified.
+	HoldMaxBytes int64
+	HoldMaxAge   time.Duration
 }

@@ -77,6 +77,14 @@ func AppendJSON(b []byte, s *Summary) []byte {
 	b = strconv.AppendInt(b, int64(s.Revision), 10)
 	b = append(b, `,"late":`...)
 	b = strconv.AppendInt(b, s.Late, 10)
+	b = append(b, `,"time_source":`...)
+	b = appendString(b, s.TimeSource)
+	b = append(b, `,"time_replaced":`...)
+	b = strconv.AppendInt(b, s.TimeReplaced, 10)
+	b = append(b, `,"time_rebased":`...)
+	b = strconv.AppendInt(b, s.TimeRebased, 10)
+	b = append(b, `,"time_unverified":`...)
+	b = strconv.AppendInt(b, s.TimeUnverified, 10)
 	return append(b, '}')
 }
 

@@ -11,6 +11,19 @@
 // which covers every reading of the window so far. Each revision has a
 // deterministic id (ID) to deduplicate by.
 //
+// Its time fields say where the readings' times came from and how far to
+// trust them: time_source is "device" (every reading's time from its
+// device's clock), "gateway" (every one stamped by the gateway on arrival:
+// payloads without a time, the gateway's own sensors) or "mixed"; of the
+// gateway's stamps, time_replaced counts readings whose device clock was
+// never set (a time before any real reading can be, replaced by the
+// arrival), time_rebased readings taken while the gateway's own clock was
+// not synchronized and re-based to true time by the monotonic clock once
+// it was, and time_unverified readings taken while it was not
+// synchronized and shipped unchecked because it did not synchronize in
+// time. They were added within schema version 1: records of older
+// gateways lack them (Decode leaves TimeSource empty: unknown).
+//
 // For consumers, Decode checks a record's headers and decodes its value,
 // Validate checks a summary's consistency, and Merged keeps the highest
 // revision of each window. Dead-letter records (DeadLetter) are encoded
@@ -93,8 +106,9 @@ var requiredFields = []string{"id", "gateway", "device", "metric", "unit", "wind
 
 // Validate checks a summary's internal consistency: identity fields set,
 // a positive window, count at least 1, min ≤ first, last, mean ≤ max,
-// stddev ≥ 0, 0 ≤ late ≤ count, revision ≥ 0, and the id that the other
-// fields determine. It returns every problem found.
+// stddev ≥ 0, 0 ≤ late ≤ count, revision ≥ 0, a known time_source (or
+// none) and time counts within count (none with time_source device), and
+// the id that the other fields determine. It returns every problem found.
 func Validate(s Summary) error {
 	var p []string
 	add := func(format string, args ...any) { p = append(p, fmt.Sprintf(format, args...)) }
@@ -132,6 +146,17 @@ func Validate(s Summary) error {
 	}
 	if s.Late < 0 || s.Late > s.Count {
 		add("late %d is outside [0, count %d]", s.Late, s.Count)
+	}
+	switch s.TimeSource {
+	case "", aggregate.SourceDevice, aggregate.SourceGateway, aggregate.SourceMixed:
+	default:
+		add("time_source %q is not device, gateway or mixed", s.TimeSource)
+	}
+	if s.TimeReplaced < 0 || s.TimeRebased < 0 || s.TimeUnverified < 0 || s.TimeReplaced+s.TimeRebased+s.TimeUnverified > s.Count {
+		add("time_replaced %d, time_rebased %d and time_unverified %d are not counts of at most count %d in all", s.TimeReplaced, s.TimeRebased, s.TimeUnverified, s.Count)
+	}
+	if s.TimeSource == aggregate.SourceDevice && s.TimeReplaced+s.TimeRebased+s.TimeUnverified > 0 {
+		add("time_source is device but some readings were stamped by the gateway")
 	}
 	if want := ID(s.Gateway, s.Device, s.Metric, s.WindowStart, s.Revision); s.ID != want {
 		add("id %q is not the id of this gateway, device, metric, window and revision (%s)", s.ID, want)

@@ -18,7 +18,7 @@ var w0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 func valid(dev string, minute, rev int) summary.Summary {
 	s := summary.Summary{Gateway: "gw-1", Device: dev, Metric: "temp_c", Unit: "Cel", WindowStart: w0.Add(time.Duration(minute) * time.Minute),
 		WindowEnd: w0.Add(time.Duration(minute+1) * time.Minute), Count: 3, Min: 20.5, Max: 21.5, Sum: 63, Mean: 21, First: 20.5, Last: 21.5,
-		Stddev: 0.408248290463863, Revision: rev}
+		Stddev: 0.408248290463863, Revision: rev, TimeSource: "device"}
 	if rev > 0 {
 		s.Late = 1
 	}
@@ -56,9 +56,20 @@ func TestDecode(t *testing.T) {
 		{"missing fields", `{"id":"x","gateway":"g"}`, nil, "missing fields: device, metric, unit, window_start"},
 		{"wrong type", strings.Replace(good, `"count":3`, `"count":"3"`, 1), nil, "decode summary"},
 		{"not an object", `[1,2]`, nil, "not a JSON object"},
+		// Records of gateways before the time fields: decoded with an
+		// empty (unknown) time source.
+		{"without the time fields", good[:strings.Index(good, `,"time_source"`)] + "}", std, "unknown time source"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := summary.Decode([]byte(tc.value), tc.headers)
+			if tc.want == "unknown time source" {
+				want := valid("dev-1", 0, 0)
+				want.TimeSource = ""
+				if err != nil || s != want || summary.Validate(s) != nil {
+					t.Errorf("got %+v, %v", s, err)
+				}
+				return
+			}
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("err %v, want %q", err, tc.want)
@@ -91,6 +102,13 @@ func TestValidate(t *testing.T) {
 		{"negative stddev", func(s *summary.Summary) { s.Stddev = -1 }, "stddev -1 is negative"},
 		{"late beyond count", func(s *summary.Summary) { s.Late = 4 }, "late 4 is outside [0, count 3]"},
 		{"wrong id", func(s *summary.Summary) { s.Revision = 1 }, "is not the id of this gateway, device, metric, window and revision"},
+		{"gateway times", func(s *summary.Summary) { s.TimeSource, s.TimeRebased, s.TimeUnverified = "gateway", 2, 1 }, ""},
+		{"mixed times", func(s *summary.Summary) { s.TimeSource, s.TimeReplaced = "mixed", 1 }, ""},
+		{"unknown time source", func(s *summary.Summary) { s.TimeSource = "ntp" }, `time_source "ntp" is not device, gateway or mixed`},
+		{"time counts beyond count", func(s *summary.Summary) { s.TimeSource, s.TimeRebased, s.TimeUnverified = "gateway", 2, 2 },
+			"time_replaced 0, time_rebased 2 and time_unverified 2 are not counts of at most count 3"},
+		{"negative time count", func(s *summary.Summary) { s.TimeSource, s.TimeReplaced = "mixed", -1 }, "are not counts"},
+		{"device times, some stamped by the gateway", func(s *summary.Summary) { s.TimeReplaced = 1 }, "time_source is device but"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := valid("dev-1", 0, 0)
@@ -147,7 +165,10 @@ func TestSchema(t *testing.T) {
 		return sch.Validate(inst)
 	}
 	var want bytes.Buffer
-	for _, s := range []summary.Summary{valid("dev-1", 0, 0), valid("dev-1", 0, 1), valid("dev-ü", 5, 0)} {
+	mixed, gw := valid("dev-ü", 5, 0), valid("esp-7", 6, 0)
+	mixed.TimeSource, mixed.TimeReplaced = "mixed", 1
+	gw.TimeSource, gw.TimeRebased, gw.TimeUnverified = "gateway", 2, 1
+	for _, s := range []summary.Summary{valid("dev-1", 0, 0), valid("dev-1", 0, 1), mixed, gw} {
 		want.WriteString(encode(s) + "\n")
 	}
 	if os.Getenv("UPDATE_GOLDEN") != "" {
@@ -173,12 +194,15 @@ func TestSchema(t *testing.T) {
 	}
 	good := encode(valid("dev-1", 0, 0))
 	for name, bad := range map[string]string{
-		"count 0":          strings.Replace(good, `"count":3`, `"count":0`, 1),
-		"count a string":   strings.Replace(good, `"count":3`, `"count":"3"`, 1),
-		"no unit":          strings.Replace(good, `"unit":"Cel",`, ``, 1),
-		"bad window_start": strings.Replace(good, `"window_start":"2026-11-30T10:00:00Z"`, `"window_start":"10 o'clock"`, 1),
-		"bad id":           strings.Replace(good, `"id":"`, `"id":"X`, 1),
-		"negative late":    strings.Replace(good, `"late":0`, `"late":-1`, 1),
+		"count 0":                 strings.Replace(good, `"count":3`, `"count":0`, 1),
+		"count a string":          strings.Replace(good, `"count":3`, `"count":"3"`, 1),
+		"no unit":                 strings.Replace(good, `"unit":"Cel",`, ``, 1),
+		"bad window_start":        strings.Replace(good, `"window_start":"2026-11-30T10:00:00Z"`, `"window_start":"10 o'clock"`, 1),
+		"bad id":                  strings.Replace(good, `"id":"`, `"id":"X`, 1),
+		"negative late":           strings.Replace(good, `"late":0`, `"late":-1`, 1),
+		"unknown time_source":     strings.Replace(good, `"time_source":"device"`, `"time_source":"ntp"`, 1),
+		"negative time_rebased":   strings.Replace(good, `"time_rebased":0`, `"time_rebased":-1`, 1),
+		"time_unverified a float": strings.Replace(good, `"time_unverified":0`, `"time_unverified":0.5`, 1),
 	} {
 		if check(bad) == nil {
 			t.Errorf("%s: the schema accepts %s", name, bad)

@@ -126,6 +126,7 @@ func TestCrashLoop(t *testing.T) {
 	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: crash-gw, data_dir: %s}
 mqtt: {listen: "%s", allow_anonymous: true, publish_rate_per_client: 0}
 kafka: {brokers: ["%s"]}
+clock: {synchronized: always} # tests do not depend on the machine's NTP
 storage: {checkpoint_interval: 300ms}
 aggregate: {allowed_lateness: 3h, max_retained_windows: 2}
 log: {level: info}
@@ -404,6 +405,7 @@ func TestJournalWriteFailureStops(t *testing.T) {
 	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: efbig-gw, data_dir: %s}
 mqtt: {listen: "%s", allow_anonymous: true}
 kafka: {brokers: ["%s"]}
+clock: {synchronized: always} # tests do not depend on the machine's NTP
 http: {listen: ""}
 `, filepath.Join(dir, "data"), g.mqtt, brokers[0])), 0o600)
 	g.start()

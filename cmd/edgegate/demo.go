@@ -81,6 +81,9 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.Aggregate.Window = configs.Duration(o.window)
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
+	// The simulated fleet keeps this machine's time, synchronized or not:
+	// nothing waits for NTP in the demo.
+	cfg.Clock.Synchronized = "always"
 
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic))
 	if err != nil {

@@ -95,6 +95,7 @@ func startGateway(t *testing.T, emulator, bin, id, kafka string) *gatewayProc {
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`gateway: {id: %s, data_dir: %s}
 mqtt: {listen: "%s", allow_anonymous: true, acl: {anonymous_role: admin}}
 kafka: {brokers: ["%s"]}
+clock: {synchronized: always} # tests do not depend on the machine's NTP
 http: {listen: "%s"}
 log: {level: debug}
 `, id, t.TempDir(), g.mqtt, kafka, g.http)), 0o600)

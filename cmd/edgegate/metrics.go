@@ -29,7 +29,7 @@ func desc(name, help string, labels ...string) *metricDesc {
 }
 
 var (
-	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid, too_many_series).", "outcome")
+	mReadings     = desc("readings_total", "Readings taken from publications and sensors, by aggregation outcome (aggregated, late_revised, too_late, future, late_state_evicted, invalid, too_many_series, device_clock_unset, gateway_clock_unset).", "outcome")
 	mRejected     = desc("payloads_rejected_total", "Payloads or payload items the decoder refused, by reason; each is a dead letter.", "reason")
 	mPublications = desc("publications_total", "Publications on reading topics.")
 	mRefused      = desc("quota_refused_total", "QoS 1/2 publications refused because the outbound queue was at its quota (backpressure).")
@@ -77,6 +77,18 @@ var (
 	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout, ping_rate.", "reason")
 	mThrottled    = desc("mqtt_publish_throttled_total", "Publications held back to keep a client to mqtt.publish_rate_per_client (delayed, not refused).")
 	mSockets      = desc("mqtt_sockets_open", "MQTT sockets open, including those that have not sent CONNECT yet.")
+	mClockSync    = desc("clock_synchronized", "1 while the gateway's clock is synchronized (adjtimex: chrony, ntpd or systemd-timesyncd; or clock.synchronized: always).")
+	mClockMaxErr  = desc("clock_max_error_seconds", "The kernel's bound on the gateway clock's error (adjtimex maxerror); 0 when unknown.")
+	mClockSteps   = desc("clock_steps_total", "Steps of the gateway's wall clock (jumps of more than 1 s against the monotonic clock) since start.")
+	mClockLast    = desc("clock_last_step_seconds", "Size of the latest step of the gateway's wall clock (negative: back); 0 before any.")
+	mClockOffset  = desc("clock_offset_seconds", "Gateway time minus the wall clock: non-zero while the gateway keeps time by the monotonic clock after a step of an unsynchronized clock.")
+	mHeld         = desc("clock_held_readings", "Readings the gateway stamped while its clock was not synchronized, held on disk until it is (bounded by clock.hold_max_bytes and clock.hold_max_age).")
+	mHeldBytes    = desc("clock_held_bytes", "Bytes of the held readings in <data_dir>/hold.")
+	mRebased      = desc("readings_rebased_total", "Held readings re-based to true time, by the monotonic clock, once the gateway's clock was synchronized.")
+	mUnverified   = desc("readings_unverified_total", "Readings the gateway stamped while its clock was not synchronized and aggregated unchecked: it did not synchronize within clock.hold_max_age or hold_max_bytes, or the gateway booted again first.")
+	mSkewed       = desc("devices_clock_skewed", "Devices whose clocks are off the gateway's synchronized clock by more than aggregate.max_device_skew for 5 minutes.")
+	mDevOffset    = desc("device_clock_offset_seconds", "How far the device's clock is ahead of the gateway's synchronized clock (negative: behind), measured over 5 minutes, for the first 100 devices with a measurement.", "device")
+	mDevUnset     = desc("device_clock_unset_total", "Readings the device stamped before any real reading can be (its clock never set), for the first 100 devices.", "device")
 	mSensorUp     = desc("sensor_up", "1 if the sensor's last poll succeeded.", "sensor", "device")
 	mSensorPolls  = desc("sensor_polls_total", "Successful polls of a sensor.", "sensor", "device")
 	mSensorErrors = desc("sensor_errors_total", "Failed opens and polls of a sensor.", "sensor", "device")
@@ -173,8 +185,23 @@ func (c metricsCollector) collect(e *exposition) {
 			lag = now.Sub(d.Watermark).Seconds()
 		}
 		gauge(mDevWMLag, lag, d.ID)
+		if d.ClockMeasured {
+			gauge(mDevOffset, d.ClockOffset.Seconds(), d.ID)
+		}
+		counter(mDevUnset, float64(d.ClockUnset), d.ID)
 	}
 	gauge(mDevUnlisted, float64(g.Devices-listed))
+	clk := g.Clock
+	gauge(mClockSync, b2f(clk.Synchronized))
+	gauge(mClockMaxErr, clk.MaxError.Seconds())
+	counter(mClockSteps, float64(clk.Steps))
+	gauge(mClockLast, clk.LastStep.Seconds())
+	gauge(mClockOffset, clk.Offset.Seconds())
+	gauge(mSkewed, float64(g.SkewedDevices))
+	gauge(mHeld, float64(g.Hold.Readings))
+	gauge(mHeldBytes, float64(g.Hold.Bytes))
+	counter(mRebased, float64(g.Hold.Rebased))
+	counter(mUnverified, float64(g.Hold.Unverified))
 	for _, s := range g.Sensors {
 		gauge(mSensorUp, b2f(s.Up), s.Sensor, s.Device)
 		counter(mSensorPolls, float64(s.Polls), s.Sensor, s.Device)

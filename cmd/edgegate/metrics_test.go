@@ -40,6 +40,8 @@ func runPipelineWith(t *testing.T, id string, edit func(*configs.Config)) (conte
 	cfg.MQTT.Listen, cfg.MQTT.AllowAnonymous = "127.0.0.1:0", true
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Kafka.Brokers = brokers
+	// The machine's clock, whatever its NTP: tests do not depend on it.
+	cfg.Clock.Synchronized = "always"
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -136,6 +138,14 @@ func TestMetrics(t *testing.T) {
 		`edgegate_kafka_batch_bytes `,
 		`edgegate_kafka_refused_dropped_total 0`,
 		`edgegate_kafka_refused_bytes `,
+		`edgegate_clock_synchronized 1`,
+		`edgegate_clock_steps_total 0`,
+		`edgegate_clock_offset_seconds 0`,
+		`edgegate_devices_clock_skewed 0`,
+		`edgegate_clock_held_readings 0`,
+		`edgegate_readings_unverified_total 0`,
+		`edgegate_device_clock_unset_total{device="m-dev"} 0`,
+		`edgegate_readings_total{outcome="device_clock_unset"} 0`,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
@@ -157,7 +167,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("status: %d %s", code, errb.String())
 	}
 	for _, want := range []string{"gateway   metrics-gw (edgegate dev), up ", "mqtt      1 clients, 5 publications, 0 duplicates ignored, 0 refused at the quota",
-		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 0 over the series limits, 3 payloads refused", "kafka     link ", " 0 lost, 0 refused (set aside), "} {
+		"readings  2 aggregated, 0 late revisions, 0 too late, 0 future, 0 evicted, 0 invalid, 0 over the series limits, 3 payloads refused",
+		"clock     synchronized (assumed", ", no steps\n", "kafka     link ", " 0 lost, 0 refused (set aside), "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("edgegate status lacks %q:\n%s", want, out.String())
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/clock"
 	"periph.io/x/conn/v3/i2c/i2creg"
 )
 
@@ -197,18 +198,30 @@ func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, co
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
 	}
 	prepareSensors(cfg, log)
-	gw, err := gateway.New(cfg.GatewayOptions(i2creg.Open), output.Forwarder(fwd), log, now)
+	o := cfg.GatewayOptions(i2creg.Open)
+	o.Clock = systemClock(cfg)
+	gw, err := gateway.New(o, output.Forwarder(fwd), log, nil)
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: time.Now().UTC()}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: now().UTC()}
 	if cfg.HTTP.Listen != "" {
 		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
 		}
 	}
 	return p, nil
+}
+
+// systemClock is the machine's clock, taken as synchronized with
+// clock.synchronized: always.
+func systemClock(cfg *configs.Config) clock.Clock {
+	c := clock.System()
+	if cfg.Clock.Synchronized == "always" {
+		return clock.Assumed(c)
+	}
+	return c
 }
 
 // run runs until ctx is cancelled. Shutdown follows the data: the gateway

@@ -56,6 +56,7 @@ mqtt:
   users_file: %s
   tls: {listen: "%s", cert_file: %s, key_file: %s, client_ca_file: %s}
 kafka: {brokers: ["127.0.0.1:9"]}
+clock: {synchronized: always} # tests do not depend on the machine's NTP
 http: {listen: "%s"}
 `, t.TempDir(), plain, users, secure, srvCert, srvKey, ca.File, httpAddr)), 0o600)
 	var stderr bytes.Buffer

@@ -39,6 +39,7 @@ func TestSeriesBombBinary(t *testing.T) {
 	os.WriteFile(g.cfg, []byte(fmt.Sprintf(`gateway: {id: bomb-gw, data_dir: %s}
 mqtt: {listen: "%s", allow_anonymous: true, publish_rate_per_client: 0}
 kafka: {brokers: ["%s"]}
+clock: {synchronized: always} # tests do not depend on the machine's NTP
 http: {listen: "%s"}
 storage: {checkpoint_interval: 1h}
 log: {level: info}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway"
 )
 
 // cmdStatus is "edgegate status": the running gateway's facts, read from
@@ -60,6 +61,48 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// printClock prints the gateway's clock and the devices' clocks.
+func printClock(row func(name, format string, args ...any), m gateway.Stats) {
+	c := m.Clock
+	sync := "NOT synchronized (no NTP answer yet?)"
+	if c.Synchronized {
+		sync = "synchronized"
+	}
+	detail := c.Source
+	if c.MaxError > 0 {
+		detail += fmt.Sprintf(", max error %s", c.MaxError.Round(time.Microsecond))
+	}
+	if c.Error != "" {
+		detail += ", " + c.Error
+	}
+	steps := "no steps"
+	if c.Steps > 0 {
+		steps = fmt.Sprintf("%d steps, the latest %+v at %s", c.Steps, c.LastStep.Round(time.Millisecond), c.LastStepAt.UTC().Format(time.RFC3339))
+	}
+	if c.Offset != 0 {
+		steps += fmt.Sprintf("; keeping time by the monotonic clock, %+v from the wall clock", c.Offset.Round(time.Millisecond))
+	}
+	row("clock", "%s (%s), %s", sync, detail, steps)
+	if h := m.Hold; h.Readings > 0 || h.Rebased > 0 || h.Unverified > 0 {
+		row("held", "%d readings waiting for the clock (%.1f MiB, for %s); %d re-based to true time, %d unverified so far",
+			h.Readings, float64(h.Bytes)/(1<<20), h.Age.Round(time.Second), h.Rebased, h.Unverified)
+	}
+	var skewed []string
+	for _, d := range m.DeviceList {
+		if d.ClockSkewed {
+			skewed = append(skewed, fmt.Sprintf("%s %+v", d.ID, d.ClockOffset.Round(time.Millisecond)))
+		}
+	}
+	unset := m.Outcomes["device_clock_unset"] + m.Outcomes["gateway_clock_unset"]
+	if len(skewed) > 0 || m.SkewedDevices > 0 || unset > 0 {
+		list := strings.Join(skewed, ", ")
+		if list == "" {
+			list = "none listed"
+		}
+		row("devices", "%d with skewed clocks (%s); %d readings refused for a clock never set", m.SkewedDevices, list, unset)
+	}
+}
+
 func printStatus(w io.Writer, st status) {
 	m, k := st.MQTT, st.Kafka
 	row := func(name, format string, args ...any) {
@@ -84,6 +127,7 @@ func printStatus(w io.Writer, st status) {
 	row("readings", "%d aggregated, %d late revisions, %d too late, %d future, %d evicted, %d invalid, %d over the series limits, %d payloads refused",
 		m.Outcomes["aggregated"], m.Outcomes["late_revised"], m.Outcomes["too_late"], m.Outcomes["future"],
 		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], m.Outcomes["too_many_series"], dead)
+	printClock(row, m)
 	row("windows", "%d open, %d closed in memory, %d devices, %d summaries emitted", m.OpenWindows, m.Retained, m.Devices, m.Summaries)
 	link := "down"
 	if k.LinkUp {

@@ -51,13 +51,13 @@ func TestStatusPage(t *testing.T) {
 	// 4.5 s of the page's own time: the first poll fills the tables, a
 	// second refresh (every 2 s) fills in readings/min.
 	const budget = "--virtual-time-budget=4500"
-	var devices, dead string
+	var devices, dead, lastDOM string
 	for {
 		dom, err := chromium(ctx, t, budget, "--dump-dom", url)
 		if err != nil {
 			t.Fatalf("chromium: %v", err)
 		}
-		devices, dead = tbodyText(dom, "devices"), tbodyText(dom, "dead")
+		devices, dead, lastDOM = tbodyText(dom, "devices"), tbodyText(dom, "dead"), dom
 		if strings.Count(devices, "\n") >= 3 && strings.Count(dead, "\n") >= 1 {
 			break
 		}
@@ -83,6 +83,10 @@ func TestStatusPage(t *testing.T) {
 	if !strings.Contains(dead, "not_a_number") || !strings.Contains(dead, "page-dev-3") {
 		t.Errorf("dead letters table: %q", dead)
 	}
+	// The gateway's clock card (runPipeline says it is synchronized).
+	if m := clockCard.FindStringSubmatch(lastDOM); m == nil || m[1] != "synchronized" || !strings.Contains(m[2], "assumed") {
+		t.Errorf("clock card: %q", m)
+	}
 	t.Logf("status page screenshot: %s (%d bytes)", path, len(shot))
 }
 
@@ -103,6 +107,9 @@ func chromium(ctx context.Context, t *testing.T, args ...string) (string, error)
 }
 
 var tag = regexp.MustCompile(`<[^>]*>`)
+
+// clockCard finds the clock card's state and details in the page.
+var clockCard = regexp.MustCompile(`<b id="clock"[^>]*>([^<]*)</b><span id="clockinfo">([^<]*)</span>`)
 
 // tbodyText is the text of the body of the table with the given id in
 // dom, one line per row and a tab after each cell.

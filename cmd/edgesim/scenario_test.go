@@ -26,15 +26,15 @@ import (
 // gateway's window settings are divided alike.
 const speed = 12
 
-// TestScenariosAgainstGateway runs the offline-replay, late-and-skewed and
-// sparkplug scenarios (12 times faster) against a real gateway delivering to kfake,
+// TestScenariosAgainstGateway runs the offline-replay, late-and-skewed,
+// sparkplug and clocks scenarios (12 times faster) against a real gateway delivering to kfake,
 // writes the truth log to a file, and requires `edgesim verify` to find
 // every window exact.
 func TestScenariosAgainstGateway(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs three scenarios for 20 s each")
+		t.Skip("runs four scenarios for 15 to 20 s each")
 	}
-	for _, name := range []string{"offline-replay", "late-and-skewed", "sparkplug"} {
+	for _, name := range []string{"offline-replay", "late-and-skewed", "sparkplug", "clocks"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			runScenario(t, name)
@@ -91,6 +91,9 @@ func runScenario(t *testing.T, name string) {
 	}
 	if sp := st.Sparkplug; name == "sparkplug" && (sp.Historical == 0 || sp.RebirthRequests == 0 || sp.UnknownAliases == 0 || sp.SessionsEnded == 0 || sp.SeqGaps != 0) {
 		t.Errorf("the scenario did not exercise historical data, rebirths and deaths (or had seq gaps): %+v", *sp)
+	}
+	if name == "clocks" && (st.Outcomes["future"] == 0 || st.Outcomes["device_clock_unset"] != 0) {
+		t.Errorf("outcomes %v: want the clocks 2 h ahead refused as future, the 1970 ones stamped on arrival", st.Outcomes)
 	}
 	out.Reset()
 	status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", strings.Join(brokers, ","),

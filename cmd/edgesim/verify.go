@@ -31,6 +31,8 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&rules.MaxOutOfOrder, "max-out-of-order", rules.MaxOutOfOrder, "the gateway's aggregate.max_out_of_order")
 	fs.DurationVar(&rules.AllowedLateness, "allowed-lateness", rules.AllowedLateness, "the gateway's aggregate.allowed_lateness")
 	fs.DurationVar(&rules.MaxFutureSkew, "max-future-skew", rules.MaxFutureSkew, "the gateway's aggregate.max_future_skew")
+	floor := fs.String("time-floor", rules.TimeFloor.Format(time.DateOnly), "device times before this date are clocks never set (the gateway's floor is a year before its build, never before 2025-01-01)")
+	fs.StringVar(&rules.UntrustedDeviceTime, "untrusted-device-time", rules.UntrustedDeviceTime, "the gateway's aggregate.untrusted_device_time: arrival or deadletter")
 	idle := fs.Duration("idle", 2*time.Second, "stop reading once no record came for this long")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up reading after this long")
 	all := fs.Bool("all", false, "list every device, not only those with problems")
@@ -40,6 +42,13 @@ func verify(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if *truthPath == "" || fs.NArg() > 0 || rules.Window <= 0 {
 		return errors.New("verify: want --truth FILE (and no other arguments); --window must be positive")
+	}
+	var err error
+	if rules.TimeFloor, err = time.Parse(time.DateOnly, *floor); err != nil {
+		return fmt.Errorf("verify: --time-floor %q: want a date such as 2025-01-01", *floor)
+	}
+	if u := rules.UntrustedDeviceTime; u != "arrival" && u != "deadletter" {
+		return fmt.Errorf("verify: --untrusted-device-time %q: use arrival or deadletter, as the gateway's aggregate.untrusted_device_time", u)
 	}
 	f, err := os.Open(*truthPath)
 	if err != nil {

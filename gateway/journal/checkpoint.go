@@ -25,14 +25,46 @@ import (
 //	  client, uvarint n, then n uvarint packet ids
 //	uvarint count, then per client with subscriptions: client, uvarint n,
 //	  then n × (filter, flags byte, uvarint subscription identifier)
+//	version 2: the time line (TimeLine): boot, flags byte (bit 0
+//	  synchronized, bit 1 monotonic time valid), varint wall, varint
+//	  monotonic, varint elapsed, varint offset; then the hold (Hold):
+//	  uvarint start, records, readings, varint bytes, varint since,
+//	  uvarint rebased, uvarint unverified
 //	optional sections, each a tag byte and uvarint length + bytes: 'S' the
 //	  Sparkplug host state (gateway/sparkplug); none when it is empty, and
 //	  a tag not known is skipped
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
-	checkpointVersion = 1
+	checkpointVersion = 2
 )
+
+// TimeLine is the applier's account of time after the checkpoint's event
+// (see package gateway): a function of the journal, checkpointed so that a
+// replay from the checkpoint goes on exactly as the first run did.
+type TimeLine struct {
+	Valid        bool   // false in version 1 checkpoints, which have none
+	Boot         string // of the latest clock event
+	Synchronized bool
+	HasMono      bool  // Mono is a monotonic time of this boot
+	Wall, Mono   int64 // of the latest event
+	Elapsed      int64 // elapsed time: advances by monotonic time only
+	Offset       int64 // gateway time minus wall time
+}
+
+// Hold is what the gateway holds of the readings it stamped while its
+// clock was not synchronized (see package gateway): records in the hold
+// log from Start on, not yet released.
+type Hold struct {
+	Start    uint64 // hold log sequence of the first record not released
+	Records  uint64 // publications held
+	Readings uint64 // readings in them
+	Bytes    int64  // their size in the hold log
+	Since    int64  // elapsed time (TimeLine.Elapsed) when the first was held
+	// Readings released so far, re-based to true time or unverified
+	// (counters).
+	Rebased, Unverified uint64
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -66,6 +98,8 @@ type Checkpoint struct {
 	Rings    map[string]*Ring
 	AwaitRel PIDSets
 	Subs     map[string]map[string]Subscription
+	Time     TimeLine
+	Hold     Hold
 	// Sparkplug is the Sparkplug host state (gateway/sparkplug's
 	// snapshot), opaque here; empty when there is none.
 	Sparkplug []byte
@@ -138,6 +172,27 @@ func (c *Checkpoint) Encode() []byte {
 			b = binary.AppendUvarint(b, uint64(s.Identifier))
 		}
 	}
+	tl := c.Time
+	b = appendString(b, tl.Boot)
+	var flags byte
+	if tl.Synchronized {
+		flags |= 1
+	}
+	if tl.HasMono {
+		flags |= 2
+	}
+	b = append(b, flags)
+	for _, v := range [...]int64{tl.Wall, tl.Mono, tl.Elapsed, tl.Offset} {
+		b = binary.AppendVarint(b, v)
+	}
+	h := c.Hold
+	for _, v := range [...]uint64{h.Start, h.Records, h.Readings} {
+		b = binary.AppendUvarint(b, v)
+	}
+	b = binary.AppendVarint(b, h.Bytes)
+	b = binary.AppendVarint(b, h.Since)
+	b = binary.AppendUvarint(b, h.Rebased)
+	b = binary.AppendUvarint(b, h.Unverified)
 	if len(c.Sparkplug) > 0 {
 		b = append(b, sectionSparkplug)
 		b = binary.AppendUvarint(b, uint64(len(c.Sparkplug)))
@@ -158,7 +213,8 @@ func checkpointBody(b []byte) ([]byte, error) {
 	if crc32.Checksum(body, castagnoli) != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", errCheckpoint)
 	}
-	if body[4] != checkpointVersion {
+	version := body[4]
+	if version != 1 && version != checkpointVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
 	return body[5:], nil
@@ -185,6 +241,7 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
+	version := b[4] // checkpointBody checked it
 	r := reader{b: body, ok: true}
 	c := &Checkpoint{Sessions: map[string]Session{}, Rings: map[string]*Ring{}, AwaitRel: PIDSets{}, Subs: map[string]map[string]Subscription{}}
 	c.Seq = r.uvarint()
@@ -239,6 +296,21 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 			flags := r.byte()
 			c.Subs[id][f] = subscriptionOf(flags, int(r.uvarint()))
 		}
+	}
+	if version >= 2 {
+		tl := &c.Time
+		tl.Valid = true
+		tl.Boot = string(r.bytes())
+		flags := r.byte()
+		tl.Synchronized, tl.HasMono = flags&1 != 0, flags&2 != 0
+		if flags&^3 != 0 {
+			r.ok = false
+		}
+		tl.Wall, tl.Mono, tl.Elapsed, tl.Offset = r.varint(), r.varint(), r.varint(), r.varint()
+		h := &c.Hold
+		h.Start, h.Records, h.Readings = r.uvarint(), r.uvarint(), r.uvarint()
+		h.Bytes, h.Since = r.varint(), r.varint()
+		h.Rebased, h.Unverified = r.uvarint(), r.uvarint()
 	}
 	for r.ok && len(r.b) > 0 {
 		tag := r.byte()

@@ -21,7 +21,15 @@ const (
 	KindPubrel       byte = 'R'
 	KindSubscribe    byte = 'B'
 	KindUnsubscribe  byte = 'N'
+	// KindClock: the boot the monotonic times that follow count from, and
+	// whether the wall clock was synchronized (ClockState).
+	KindClock byte = 'C'
 )
+
+// monoBit in a record's kind byte: a uvarint monotonic time (ns since
+// boot) follows its wall time. Records without it (journals written before
+// it) have no monotonic time.
+const monoBit = 0x80
 
 // Publication flags in a publish event.
 const (
@@ -32,12 +40,21 @@ const (
 	// the publisher may publish readings of (a client of the device role:
 	// its identity). Records without it (older ones too) name none.
 	FlagDevice = 0x10
+	// FlagLocal: the gateway made the publication itself (its own
+	// sensors, journal.Local): the times in it are the gateway's clock.
+	FlagLocal = 0x20
 )
 
 // Event is a decoded journal record. Byte slices alias the record.
 type Event struct {
-	Kind    byte
-	At      int64 // wall clock, Unix nanoseconds
+	Kind byte
+	At   int64 // wall clock, Unix nanoseconds
+	// Mono is the monotonic time (ns since boot, CLOCK_BOOTTIME) when
+	// HasMono: records journaled without a monotonic clock, and those of
+	// older journals, have none.
+	Mono    int64
+	HasMono bool
+	Clock   ClockState // KindClock
 	Flags   byte
 	PID     uint16
 	Client  []byte
@@ -55,6 +72,15 @@ type Session struct {
 	Expiry   uint32 // session expiry interval, seconds
 	Username string
 	Listener string
+}
+
+// ClockState is what a KindClock event records: the boot the monotonic
+// times of the events after it count from, and the wall clock's
+// synchronization then.
+type ClockState struct {
+	Boot         string
+	Synchronized bool
+	MaxError     int64 // the kernel's error bound, µs; 0 when unknown
 }
 
 var errEvent = errors.New("undecodable journal record")
@@ -90,6 +116,32 @@ func AppendPublishAs(b []byte, at int64, flags byte, pid uint16, client, device,
 func appendClock(b []byte, kind byte, at int64) []byte {
 	b = append(b, kind)
 	return binary.AppendVarint(b, at)
+}
+
+// stampMono marks the record that begins at b[start] as carrying the
+// monotonic time mono (its kind's monoBit, the uvarint after its wall
+// time).
+func stampMono(b []byte, start int, mono int64) []byte {
+	b[start] |= monoBit
+	_, n := binary.Varint(b[start+1:])
+	at := start + 1 + n
+	var tmp [binary.MaxVarintLen64]byte
+	l := binary.PutUvarint(tmp[:], uint64(mono))
+	b = append(b, tmp[:l]...)
+	copy(b[at+l:], b[at:len(b)-l])
+	copy(b[at:], tmp[:l])
+	return b
+}
+
+func appendClockState(b []byte, at int64, c ClockState) []byte {
+	b = appendClock(b, KindClock, at)
+	b = appendString(b, c.Boot)
+	var flags byte
+	if c.Synchronized {
+		flags |= 1
+	}
+	b = append(b, flags)
+	return binary.AppendUvarint(b, uint64(max(0, c.MaxError)))
 }
 
 func appendSessionStart(b []byte, at int64, client string, s Session) []byte {
@@ -202,6 +254,14 @@ func DecodeEvent(rec []byte) (Event, error) {
 	r := reader{b: rec, ok: true}
 	e := Event{Kind: r.byte()}
 	e.At = r.varint()
+	if e.Kind&monoBit != 0 {
+		e.Kind &^= monoBit
+		mono := r.uvarint()
+		if mono > 1<<63-1 {
+			r.ok = false
+		}
+		e.Mono, e.HasMono = int64(mono), true
+	}
 	switch e.Kind {
 	case KindPublish:
 		e.Flags = r.byte()
@@ -218,6 +278,15 @@ func DecodeEvent(rec []byte) (Event, error) {
 		e.Payload = r.b
 		r.b = nil
 	case KindTick, KindFlush:
+	case KindClock:
+		e.Clock.Boot = string(r.bytes())
+		flags := r.byte()
+		e.Clock.Synchronized = flags&1 != 0
+		maxErr := r.uvarint()
+		if flags&^1 != 0 || maxErr > 1<<62 {
+			r.ok = false
+		}
+		e.Clock.MaxError = int64(maxErr)
 	case KindSessionStart:
 		e.Client = r.bytes()
 		e.Session.Proto = r.byte()

@@ -32,15 +32,19 @@ type Journal struct {
 	log      *queue.Log
 	interval time.Duration // minimum time between fsyncs (storage.fsync_interval)
 	now      func() time.Time
+	mono     func() time.Duration // nil: records carry no monotonic time
 	apply    func(first uint64, recs [][]byte)
 	ack      func([]PendingAck)
 	acks     chan []PendingAck
 	applyq   chan applyBatch
 
-	mu   sync.Mutex
-	cur  *Batch
-	wake chan struct{}
-	err  error // sticky: the log failed, or Run ended
+	mu    sync.Mutex
+	cur   *Batch
+	wake  chan struct{}
+	err   error       // sticky: the log failed, or Run ended
+	clock *ClockState // to journal before the next event (SetClock)
+	start int         // where the event being appended begins in cur.buf
+	at    int64       // its monotonic time
 
 	written atomic.Int64 // bytes appended since the journal was opened
 	fsync   latencyHistogram
@@ -73,6 +77,9 @@ type Options struct {
 	Interval time.Duration
 	// Now is the wall clock that stamps events (time.Now if nil).
 	Now func() time.Time
+	// Mono, if set, is the monotonic clock (time since boot) that stamps
+	// every event too; see SetClock.
+	Mono func() time.Duration
 	// Apply is given each durable batch, in journal order, from the
 	// applier goroutine.
 	Apply func(first uint64, recs [][]byte)
@@ -89,7 +96,7 @@ func New(l *queue.Log, o Options) *Journal {
 	if o.Ack == nil {
 		o.Ack = func([]PendingAck) {}
 	}
-	return &Journal{log: l, interval: o.Interval, now: o.Now, apply: o.Apply, ack: o.Ack, cur: newBatch(), wake: make(chan struct{}, 1),
+	return &Journal{log: l, interval: o.Interval, now: o.Now, mono: o.Mono, apply: o.Apply, ack: o.Ack, cur: newBatch(), wake: make(chan struct{}, 1),
 		acks: make(chan []PendingAck, 4), applyq: make(chan applyBatch, 1024)}
 }
 
@@ -102,8 +109,9 @@ func (j *Journal) FsyncLatency() Histogram { return j.fsync.snapshot() }
 func newBatch() *Batch { return &Batch{done: make(chan struct{})} }
 
 // begin locks the journal for one append and returns the batch to write
-// into, and the event time: taken under the lock, so times never go
-// backwards in journal order.
+// into, and the event's wall time. Times are taken under the lock, so the
+// monotonic ones never go backwards in journal order (the wall clock may,
+// when it is stepped). A clock state given to SetClock is journaled first.
 func (j *Journal) begin() (*Batch, int64, error) {
 	j.mu.Lock()
 	if j.err != nil {
@@ -111,12 +119,41 @@ func (j *Journal) begin() (*Batch, int64, error) {
 		j.mu.Unlock()
 		return nil, 0, err
 	}
-	return j.cur, j.now().UnixNano(), nil
+	b, at := j.cur, j.now().UnixNano()
+	if j.mono != nil {
+		j.at = int64(j.mono())
+	}
+	if c := j.clock; c != nil {
+		j.clock = nil
+		j.start = len(b.buf)
+		b.buf = appendClockState(b.buf, at, *c)
+		j.stamp(b)
+	}
+	j.start = len(b.buf)
+	return b, at, nil
+}
+
+// stamp ends the record that begins at j.start, with its monotonic time.
+func (j *Journal) stamp(b *Batch) {
+	if j.mono != nil {
+		b.buf = stampMono(b.buf, j.start, j.at)
+	}
+	b.ends = append(b.ends, len(b.buf))
+}
+
+// SetClock journals c before the next event: the boot its monotonic times
+// count from and the wall clock's synchronization. Call it before the
+// first event, and whenever the state changes; an idle gateway writes
+// nothing until its next event.
+func (j *Journal) SetClock(c ClockState) {
+	j.mu.Lock()
+	j.clock = &c
+	j.mu.Unlock()
 }
 
 // end finishes the append begun with begin and wakes the flusher.
 func (j *Journal) end(b *Batch) {
-	b.ends = append(b.ends, len(b.buf))
+	j.stamp(b)
 	j.mu.Unlock()
 	select {
 	case j.wake <- struct{}{}:
@@ -157,7 +194,9 @@ func (j *Journal) event(appendTo func(b []byte, at int64) []byte) (*Batch, error
 // Local journals a publication the gateway makes itself (its own
 // sensors), as QoS 0 from client.
 func (j *Journal) Local(client, topic string, payload []byte) error {
-	_, err := j.event(func(b []byte, at int64) []byte { return AppendPublish(b, at, 0, 0, client, topic, payload) })
+	_, err := j.event(func(b []byte, at int64) []byte {
+		return AppendPublish(b, at, FlagLocal, 0, client, topic, payload)
+	})
 	return err
 }
 

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/edgegate/edgegate/aggregate"
+	"github.com/edgegate/edgegate/bridge/queue"
 )
 
 func TestEventRoundTrip(t *testing.T) {
@@ -39,6 +41,12 @@ func TestEventRoundTrip(t *testing.T) {
 		{"subscribe", appendSubscribe(nil, 9, "c", "a/#", Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}),
 			Event{Kind: KindSubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#"), Sub: Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}}},
 		{"unsubscribe", appendUnsubscribe(nil, 9, "c", "a/#"), Event{Kind: KindUnsubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#")}},
+		{"clock", appendClockState(nil, 9, ClockState{Boot: "b-1", Synchronized: true, MaxError: 16000}),
+			Event{Kind: KindClock, At: 9, Clock: ClockState{Boot: "b-1", Synchronized: true, MaxError: 16000}}},
+		{"tick with a monotonic time", stampMono(appendClock(nil, KindTick, -1), 0, 1<<40),
+			Event{Kind: KindTick, At: -1, Mono: 1 << 40, HasMono: true}},
+		{"local publish with a monotonic time", stampMono(AppendPublish(nil, 1e18, FlagLocal, 0, "sensor:a", "s/a/t", []byte("1")), 0, 5),
+			Event{Kind: KindPublish, At: 1e18, Mono: 5, HasMono: true, Flags: FlagLocal, Client: []byte("sensor:a"), Topic: []byte("s/a/t"), Payload: []byte("1")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := DecodeEvent(tc.rec)
@@ -67,10 +75,64 @@ func TestEventRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range [][]byte{nil, {'X', 0}, {KindTick}, append(appendClock(nil, KindTick, 1), 0)} {
+	for _, bad := range [][]byte{nil, {'X', 0}, {KindTick}, append(appendClock(nil, KindTick, 1), 0),
+		{KindTick | monoBit, 2}, append(appendClockState(nil, 1, ClockState{Boot: "b"})[:4], 2, 0)} {
 		if _, err := DecodeEvent(bad); !errors.Is(err, errEvent) {
 			t.Errorf("decodeEvent(%q) = %v, want errEvent", bad, err)
 		}
+	}
+}
+
+// TestJournalStampsClock: with a monotonic clock every record carries its
+// monotonic time, and a clock state given to SetClock is journaled just
+// before the next event, once.
+func TestJournalStampsClock(t *testing.T) {
+	l, err := queue.Open(t.TempDir(), queue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var got []Event
+	mono := time.Duration(0)
+	j := New(l, Options{Now: func() time.Time { return time.Unix(100, 0) }, Mono: func() time.Duration { mono += time.Second; return mono },
+		Apply: func(first uint64, recs [][]byte) {
+			for _, r := range recs {
+				e, err := DecodeEvent(r)
+				if err != nil {
+					t.Errorf("record %q: %v", r, err)
+				}
+				got = append(got, e)
+			}
+		}})
+	j.SetClock(ClockState{Boot: "b-1"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- j.Run(ctx) }()
+	if b, err := j.Clock(KindTick); err != nil || b.Wait() != nil {
+		t.Fatal(err)
+	}
+	if err := j.Local("sensor:a", "s/a/t", []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	j.SetClock(ClockState{Boot: "b-1", Synchronized: true})
+	if b, err := j.Clock(KindTick); err != nil || b.Wait() != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var kinds []byte
+	for i, e := range got {
+		kinds = append(kinds, e.Kind)
+		if !e.HasMono || e.At != 100e9 {
+			t.Errorf("event %d: %+v: want wall 100 s and a monotonic time", i, e)
+		}
+	}
+	// One monotonic reading per event: a clock state shares its event's.
+	if string(kinds) != "CTPCT" || got[0].Mono != got[1].Mono || got[1].Mono >= got[2].Mono || got[2].Flags != FlagLocal ||
+		!got[3].Clock.Synchronized || got[0].Clock.Synchronized || got[0].Clock.Boot != "b-1" {
+		t.Errorf("events %s: %+v", kinds, got)
 	}
 }
 
@@ -115,14 +177,16 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	d.Add([]byte("a"), 3, 33, 3) // wraps: next points at the oldest
 	c := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("state"), Sessions: map[string]Session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, Rings: d.Rings,
 		AwaitRel: PIDSets{"a": {7: true, 65535: true}},
-		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}}}
+		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}},
+		Time:     TimeLine{Valid: true, Boot: "b-1", Synchronized: true, HasMono: true, Wall: 1e18, Mono: 5e9, Elapsed: 7, Offset: -2},
+		Hold:     Hold{Start: 9, Records: 2, Readings: 3, Bytes: 300, Since: 6, Rebased: 11, Unverified: 12}}
 	b := c.Encode()
 	got, err := DecodeCheckpoint(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Seq != 42 || got.Clock != -1 || string(got.Agg) != "state" || !reflect.DeepEqual(got.Sessions, c.Sessions) ||
-		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) {
+		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) || got.Time != c.Time || got.Hold != c.Hold {
 		t.Errorf("got %+v", got)
 	}
 	if r := got.Rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {
@@ -149,6 +213,20 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			t.Fatalf("truncated checkpoint (%d of %d bytes) decoded", n, len(b))
 		}
 	}
+
+	// A version 1 checkpoint (before the time line) still decodes, with
+	// no time line.
+	c.Time, c.Hold = TimeLine{}, Hold{}
+	v2 := c.Encode()
+	body := v2[:len(v2)-4]
+	body = body[:len(body)-(len(appendString(nil, ""))+1+4+7)] // the empty time line: "", flags, 4 zero varints; the empty hold: 7 more
+	v1 := append([]byte(nil), body...)
+	v1[4] = 1
+	v1 = binary.LittleEndian.AppendUint32(v1, crc32.Checksum(v1, castagnoli))
+	old, err := DecodeCheckpoint(v1)
+	if err != nil || old.Time.Valid || old.Seq != 42 || !reflect.DeepEqual(old.Subs, c.Subs) {
+		t.Errorf("version 1 checkpoint: %v, %+v", err, old)
+	}
 }
 
 // TestStateDB writes checkpoints with an aggregator whose closed windows
@@ -164,7 +242,7 @@ func TestStateDB(t *testing.T) {
 	cfg.MaxRetained = 1
 	cfg.AllowedLateness = 5 * time.Minute
 	var now time.Time
-	agg, err := aggregate.New(cfg, func() time.Time { return now }, nil)
+	agg, err := aggregate.New(cfg, aggregate.WallClock(func() time.Time { return now }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

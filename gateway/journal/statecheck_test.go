@@ -23,7 +23,7 @@ func smallState(t testing.TB, commits int) string {
 	}
 	defer db.Close()
 	var now time.Time
-	agg, _ := aggregate.New(aggregate.DefaultConfig(), func() time.Time { return now }, nil)
+	agg, _ := aggregate.New(aggregate.DefaultConfig(), aggregate.WallClock(func() time.Time { return now }), nil)
 	agg.SetStore(db)
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	for seq := uint64(1); seq <= uint64(commits); seq++ {

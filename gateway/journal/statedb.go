@@ -945,11 +945,12 @@ func startOf(key []byte) int64 {
 }
 
 // appendWindowState appends the stored value of window w under key,
-// written by the checkpoint of journal sequence tag: version 2, uvarint
-// tag, the window, and a CRC-32C of key and value (bbolt checks neither).
+// written by the checkpoint of journal sequence tag: version 3, uvarint
+// tag, the window, its readings by timing, and a CRC-32C of key and
+// value (bbolt checks neither).
 func appendWindowState(b []byte, key []byte, tag uint64, w aggregate.WindowState) []byte {
 	at := len(b)
-	b = append(b, 2) // version
+	b = append(b, 3) // version: 2 added the tag and checksum, 3 the readings by timing
 	b = binary.AppendUvarint(b, tag)
 	b = binary.AppendVarint(b, w.Start)
 	b = binary.AppendVarint(b, w.Count)
@@ -961,6 +962,9 @@ func appendWindowState(b []byte, key []byte, tag uint64, w aggregate.WindowState
 	b = binary.AppendVarint(b, w.Late)
 	b = binary.AppendVarint(b, int64(w.Revision))
 	b = appendString(b, w.Unit)
+	for _, n := range [...]int64{w.DeviceTimed, w.Replaced, w.Rebased, w.Unverified} {
+		b = binary.AppendVarint(b, n)
+	}
 	sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, b[at:])
 	return binary.LittleEndian.AppendUint32(b, sum)
 }
@@ -968,10 +972,10 @@ func appendWindowState(b []byte, key []byte, tag uint64, w aggregate.WindowState
 var errWindowState = errors.New("undecodable stored window")
 
 // checkWindowState checks the stored value v of key as decodeWindowState
-// would, and returns its tag: for version 2 the checksum is enough (it
+// would, and returns its tag: from version 2 on the checksum is enough (it
 // covers what was written), and nothing is allocated.
 func checkWindowState(key, v []byte) (tag uint64, err error) {
-	if len(v) < 5 || v[0] != 2 {
+	if len(v) < 5 || v[0] < 2 {
 		tag, _, err = decodeWindowState(key, v)
 		return tag, err
 	}
@@ -986,17 +990,19 @@ func checkWindowState(key, v []byte) (tag uint64, err error) {
 	return tag, nil
 }
 
-// decodeWindowState decodes the stored value v of key: version 2 (with
-// its tag and checksum) or version 1 (written before them: tag 0, no
-// checksum).
+// decodeWindowState decodes the stored value v of key: version 3 (with
+// its tag, readings by timing and checksum), 2 (tag and checksum) or 1
+// (tag 0, no checksum). Windows written before version 3 are read as all
+// stamped by their devices.
 func decodeWindowState(key, v []byte) (tag uint64, w aggregate.WindowState, err error) {
 	if len(v) == 0 {
 		return 0, w, errWindowState
 	}
 	r := reader{b: v[1:], ok: true}
-	switch v[0] {
+	version := v[0]
+	switch version {
 	case 1:
-	case 2:
+	case 2, 3:
 		if len(v) < 5 {
 			return 0, w, errWindowState
 		}
@@ -1020,6 +1026,11 @@ func decodeWindowState(key, v []byte) (tag uint64, w aggregate.WindowState, err 
 	w.FirstT, w.LastT, w.Late = r.varint(), r.varint(), r.varint()
 	w.Revision = int(r.varint())
 	w.Unit = string(r.bytes())
+	if version == 3 {
+		w.DeviceTimed, w.Replaced, w.Rebased, w.Unverified = r.varint(), r.varint(), r.varint(), r.varint()
+	} else {
+		w.DeviceTimed = w.Count // before timings: taken as the devices' times
+	}
 	if !r.ok || len(r.b) != 0 || len(key) < 8 || startOf(key) != w.Start {
 		return 0, w, errWindowState
 	}

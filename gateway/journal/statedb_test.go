@@ -2,9 +2,11 @@ package journal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"os"
 	"os/exec"
@@ -43,7 +45,7 @@ func writeHistory(t testing.TB) *stateHistory {
 	}
 	defer db.Close()
 	var now time.Time
-	agg, err := aggregate.New(h.cfg, func() time.Time { return now }, nil)
+	agg, err := aggregate.New(h.cfg, aggregate.WallClock(func() time.Time { return now }), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func openDamaged(t *testing.T, dir string) (res openResult) {
 	}
 	res.Windows = dumpWindows(t, db)
 	// The file takes a checkpoint and opens clean after it.
-	agg, _ := aggregate.New(aggregate.DefaultConfig(), time.Now, nil)
+	agg, _ := aggregate.New(aggregate.DefaultConfig(), aggregate.WallClock(time.Now), nil)
 	if _, _, err := db.Commit(100, (&Checkpoint{Seq: 100}).Encode(), agg); err != nil {
 		res.Err = "commit: " + err.Error()
 		return res
@@ -416,10 +418,21 @@ func TestWindowValue(t *testing.T) {
 	if _, _, err := decodeWindowState(windowKey(nil, "dew", "temp", w.Start), v); err == nil {
 		t.Error("a value under another key is not detected")
 	}
-	// Version 1: version byte, then the fields, no tag, no checksum.
-	v1 := append([]byte{1}, v[2:len(v)-4]...)
+	// Versions 1 and 2: without the readings by timing (read as all
+	// stamped by their devices), and version 1 without the tag and the
+	// checksum too. The timings are the last four varints before the
+	// checksum, each one byte here but the first (Count, 3: one byte too).
+	w.DeviceTimed = 3
+	v = appendWindowState(nil, key, 42, w)
+	fields := v[2 : len(v)-4-4]
+	v1 := append([]byte{1}, fields...)
 	if tag, got, err := decodeWindowState(key, v1); err != nil || tag != 0 || got != w {
 		t.Errorf("version 1: %d %+v %v", tag, got, err)
+	}
+	v2 := append([]byte{2, 42}, fields...)
+	v2 = binary.LittleEndian.AppendUint32(v2, crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, v2))
+	if tag, got, err := decodeWindowState(key, v2); err != nil || tag != 42 || got != w {
+		t.Errorf("version 2: %d %+v %v", tag, got, err)
 	}
 }
 
@@ -433,7 +446,7 @@ func TestPreviousCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agg, _ := aggregate.New(aggregate.DefaultConfig(), time.Now, nil)
+	agg, _ := aggregate.New(aggregate.DefaultConfig(), aggregate.WallClock(time.Now), nil)
 	for seq := uint64(1); seq <= 3; seq++ {
 		if _, _, err := db.Commit(seq, testCheckpoint(seq), agg); err != nil {
 			t.Fatal(err)
@@ -557,7 +570,7 @@ func TestAheadWindows(t *testing.T) {
 	}
 	var now time.Time
 	cfg := aggregate.DefaultConfig()
-	agg, _ := aggregate.New(cfg, func() time.Time { return now }, nil)
+	agg, _ := aggregate.New(cfg, aggregate.WallClock(func() time.Time { return now }), nil)
 	agg.SetStore(db)
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	add := func(at time.Time, v float64) {

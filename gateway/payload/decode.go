@@ -95,7 +95,8 @@ func (d *Decoder) Patterns() []*Pattern { return d.patterns }
 // nothing, when the topic matches no pattern: such traffic is not a reading.
 // A payload that cannot be decoded at all returns an *Error; items refused
 // individually go to h.Reject. now is the arrival time, used for readings
-// without a timestamp and for SenML relative times.
+// without a timestamp and for SenML relative times: those readings have
+// Timing aggregate.GatewayTime, the others aggregate.DeviceTime.
 func (d *Decoder) Decode(topic string, payload []byte, now time.Time, h Handler) (matched bool, err error) {
 	for _, p := range d.patterns {
 		device, metric, ok := p.Match(topic)
@@ -131,11 +132,11 @@ func decodeMetric(device, metric string, payload []byte, now time.Time, h Handle
 		if err != nil {
 			return err
 		}
-		h.Reading(aggregate.Reading{Device: device, Metric: metric, Time: now, Value: v})
+		h.Reading(aggregate.Reading{Device: device, Metric: metric, Time: now, Value: v, Timing: aggregate.GatewayTime})
 		return nil
 	}
 	s := scanner{b: b}
-	r := aggregate.Reading{Device: device, Metric: metric, Time: now}
+	r := aggregate.Reading{Device: device, Metric: metric, Time: now, Timing: aggregate.GatewayTime}
 	haveV := false
 	var itemErr *Error
 	err := s.objectFields(func(key []byte, _ bool) error {
@@ -160,7 +161,7 @@ func decodeMetric(device, metric string, payload []byte, now time.Time, h Handle
 				}
 				return err
 			}
-			r.Time = t
+			r.Time, r.Timing = t, aggregate.DeviceTime
 		case "u":
 			if s.kind() != kindString {
 				itemErr = &Error{Reason: ReasonUnsupported, Item: metric, Detail: `"u" must be a string`}
@@ -218,7 +219,7 @@ func decodeDevice(device string, payload []byte, now time.Time, h Handler) error
 func decodeObject(device string, b []byte, now time.Time, h Handler) error {
 	// First pass: validate the whole object and find "t", which may come
 	// after the metrics.
-	t := now
+	t, timing := now, aggregate.GatewayTime
 	s := scanner{b: b}
 	err := s.objectFields(func(key []byte, esc bool) error {
 		if !esc && string(key) == "t" {
@@ -226,7 +227,7 @@ func decodeObject(device string, b []byte, now time.Time, h Handler) error {
 			if err != nil {
 				return err
 			}
-			t = ts
+			t, timing = ts, aggregate.DeviceTime
 			return nil
 		}
 		return s.skip(0)
@@ -263,7 +264,7 @@ func decodeObject(device string, b []byte, now time.Time, h Handler) error {
 			h.Reject(rangeError(name, nil))
 			return nil
 		}
-		h.Reading(aggregate.Reading{Device: device, Metric: name, Time: t, Value: v})
+		h.Reading(aggregate.Reading{Device: device, Metric: name, Time: t, Value: v, Timing: timing})
 		return nil
 	})
 }
@@ -395,10 +396,11 @@ func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.
 	if rec.hasU {
 		r.Unit = rec.u
 	}
-	r.Time = now
+	r.Time, r.Timing = now, aggregate.GatewayTime
 	if rec.hasT || base.hasBT {
 		ts := base.bt + rec.t
 		if ts < senmlRelative {
+			// Relative to now: the gateway's clock, shifted.
 			r.Time = now.Add(time.Duration(ts * float64(time.Second)))
 		} else {
 			t, err := secondsTime(ts)
@@ -406,7 +408,7 @@ func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.
 				err.Item = item
 				return r, err
 			}
-			r.Time = t
+			r.Time, r.Timing = t, aggregate.DeviceTime
 		}
 	}
 	return r, nil

@@ -39,8 +39,17 @@ func newTestDecoder(t testing.TB) *Decoder {
 }
 
 func TestDecode(t *testing.T) {
+	// Readings stamped at the arrival are the gateway's (rg: at a time
+	// relative to it); the others their device's.
 	r := func(dev, metric, unit string, at time.Time, v float64) aggregate.Reading {
-		return aggregate.Reading{Device: dev, Metric: metric, Unit: unit, Time: at, Value: v}
+		timing := aggregate.DeviceTime
+		if at.Equal(arrival) {
+			timing = aggregate.GatewayTime
+		}
+		return aggregate.Reading{Device: dev, Metric: metric, Unit: unit, Time: at, Value: v, Timing: timing}
+	}
+	rg := func(dev, metric, unit string, at time.Time, v float64) aggregate.Reading {
+		return aggregate.Reading{Device: dev, Metric: metric, Unit: unit, Time: at, Value: v, Timing: aggregate.GatewayTime}
 	}
 	tests := map[string]struct {
 		topic   string
@@ -70,7 +79,7 @@ func TestDecode(t *testing.T) {
 		"empty object":                {topic: "sensors/d1", payload: `{}`},
 		"senml with base fields":      {topic: "sensors/d1", payload: `[{"bn":"urn:dev:ow:1:","bt":1796032800,"bu":"Cel","n":"temp","v":21.5},{"n":"temp","t":10,"v":22},{"n":"rh","u":"%RH","v":40}]`, want: []aggregate.Reading{r("d1", "temp", "Cel", time.Unix(1796032800, 0), 21.5), r("d1", "temp", "Cel", time.Unix(1796032810, 0), 22), r("d1", "rh", "%RH", time.Unix(1796032800, 0), 40)}},
 		"senml base value added":      {topic: "sensors/d1", payload: `[{"bv":100,"n":"p","v":1.5},{"n":"p","v":-1}]`, want: []aggregate.Reading{r("d1", "p", "", arrival, 101.5), r("d1", "p", "", arrival, 99)}},
-		"senml relative time":         {topic: "sensors/d1", payload: `[{"n":"t","t":-5,"v":1},{"n":"t","v":2}]`, want: []aggregate.Reading{r("d1", "t", "", arrival.Add(-5*time.Second), 1), r("d1", "t", "", arrival, 2)}},
+		"senml relative time":         {topic: "sensors/d1", payload: `[{"n":"t","t":-5,"v":1},{"n":"t","v":2}]`, want: []aggregate.Reading{rg("d1", "t", "", arrival.Add(-5*time.Second), 1), r("d1", "t", "", arrival, 2)}},
 		"senml device from bn":        {topic: "senml", payload: `[{"bn":"dev7:","n":"temp","v":3}]`, want: []aggregate.Reading{r("dev7", "temp", "", arrival, 3)}},
 		"senml no bn on device-less":  {topic: "senml", payload: `[{"n":"temp","v":3}]`, rejects: []Reason{ReasonName}},
 		"senml string/bool/data":      {topic: "sensors/d1", payload: `[{"n":"a","vs":"x"},{"n":"b","vb":true},{"n":"c","vd":"AA"},{"n":"d","v":4},{"n":"e","s":3}]`, want: []aggregate.Reading{r("d1", "d", "", arrival, 4)}, rejects: []Reason{ReasonUnsupported, ReasonUnsupported, ReasonUnsupported, ReasonUnsupported}},
@@ -128,7 +137,7 @@ func TestDecode(t *testing.T) {
 			}
 			for i := range tc.want {
 				g, w := c.readings[i], tc.want[i]
-				if g.Device != w.Device || g.Metric != w.Metric || g.Unit != w.Unit || !g.Time.Equal(w.Time) || g.Value != w.Value {
+				if g.Device != w.Device || g.Metric != w.Metric || g.Unit != w.Unit || !g.Time.Equal(w.Time) || g.Value != w.Value || g.Timing != w.Timing {
 					t.Errorf("reading %d = %+v, want %+v", i, g, w)
 				}
 			}
