@@ -127,7 +127,7 @@ e2e:
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb|SparkplugTahuInterop' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'PowerCut' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 5m -run 'Sink' -v ./cmd/edgecat
-	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Soak' -v ./cmd/edgesim
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Soak|ClocksScenarioE2E' -v ./cmd/edgesim
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long

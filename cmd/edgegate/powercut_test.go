@@ -110,6 +110,7 @@ http: {listen: ""}
 storage: {checkpoint_interval: 300ms}
 aggregate: {allowed_lateness: 3h, max_retained_windows: 2}
 log: {level: info}
+clock: {synchronized: always}
 `, filepath.Join(mnt, "data"), g.mqtt, brokers[0])), 0o600)
 	g.start()
 	defer func() {
