@@ -7,7 +7,6 @@ import (
 	"syscall"
 
 	"github.com/IBM/sarama"
-	"github.com/xdg-go/scram"
 )
 
 // SASL is the authentication to the brokers. Password is a secret: it is
@@ -37,33 +36,14 @@ func applySecurity(c *sarama.Config, o Options) {
 	switch o.SASL.Mechanism {
 	case "SCRAM-SHA-256":
 		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA256
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA256} }
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAM(scramSHA256) }
 	case "SCRAM-SHA-512":
 		c.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
-		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA512} }
+		c.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return newSCRAM(scramSHA512) }
 	default:
 		c.Net.SASL.Mechanism = sarama.SASLTypePlaintext
 	}
 }
-
-// scramClient adapts xdg-go/scram to sarama's SCRAMClient.
-type scramClient struct {
-	hash scram.HashGeneratorFcn
-	conv *scram.ClientConversation
-}
-
-func (s *scramClient) Begin(user, password, authzID string) error {
-	c, err := s.hash.NewClient(user, password, authzID)
-	if err != nil {
-		return fmt.Errorf("scram: %w", err)
-	}
-	s.conv = c.NewConversation()
-	return nil
-}
-
-func (s *scramClient) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
-
-func (s *scramClient) Done() bool { return s.conv.Done() }
 
 // explainError turns what sarama reports when no broker would talk
 // into what to check. Some brokers (and kfake) answer a failed SASL
