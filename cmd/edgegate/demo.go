@@ -32,6 +32,7 @@ const demoHelp = "in-process Kafka, gateway and simulated devices"
 
 type demoOptions struct {
 	mqtt     string
+	http     string
 	devices  int
 	window   time.Duration
 	interval time.Duration
@@ -43,6 +44,7 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flagSet("demo", stderr)
 	var o demoOptions
 	fs.StringVar(&o.mqtt, "mqtt", "127.0.0.1:1883", "address for the MQTT broker (127.0.0.1:0 picks a free port)")
+	fs.StringVar(&o.http, "http", "127.0.0.1:8080", "address for the status page, /metrics and /api/status (127.0.0.1:0 picks a free port; empty: none)")
 	fs.IntVar(&o.devices, "devices", 6, "simulated devices")
 	fs.DurationVar(&o.window, "window", 10*time.Second, "aggregation window (1m in production)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "how often each simulated device samples")
@@ -77,7 +79,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	cfg.MQTT.Listen = o.mqtt
 	cfg.MQTT.AllowAnonymous = true
 	cfg.MQTT.ACL.AnonymousRole = "admin" // a lab: any client id may publish any device's readings, mosquitto_pub's too
-	cfg.HTTP.Listen = ""
+	cfg.HTTP.Listen = o.http
 	cfg.Aggregate.Window = configs.Duration(o.window)
 	cfg.Aggregate.MaxOutOfOrder = configs.Duration(min(2*time.Second, o.window/2))
 	cfg.Aggregate.IdleClose = configs.Duration(o.window + o.window/2)
@@ -108,16 +110,21 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	}
 	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
 	if err != nil {
-		return fmt.Errorf("%w (is another MQTT broker running? try --mqtt 127.0.0.1:0)", err)
+		return fmt.Errorf("%w (is another MQTT broker or web server running? try --mqtt 127.0.0.1:0 --http 127.0.0.1:0)", err)
 	}
 	addr := p.gw.Addr()
+	web := "  (none: --http is empty)\n"
+	if p.http != nil {
+		u := "http://" + p.http.Addr().String()
+		web = fmt.Sprintf("  Status page  %s/   the operator's view; also %s/metrics and %s/api/status\n", u, u, u)
+	}
 	fmt.Fprintf(stdout, `edgegate demo: an in-process Kafka-protocol broker, the gateway, and %d simulated devices.
   MQTT broker  %s   publish your own: mosquitto_pub -h %s -p %s -t sensors/my-device/temp_c -m 21.5
   Kafka        %s   topics %s, %s (read with: kcat -C -b %s -t %s)
-  Demo mode: windows are %s (1m by default) so summaries show within seconds. Ctrl-C stops.
+%s  Demo mode: windows are %s (1m by default) so summaries show within seconds. Ctrl-C stops.
 
 `, o.devices, addr, host(addr), port(addr), cfg.Kafka.Brokers[0], cfg.Kafka.SummariesTopic, cfg.Kafka.DeadletterTopic,
-		cfg.Kafka.Brokers[0], cfg.Kafka.SummariesTopic, o.window)
+		cfg.Kafka.Brokers[0], cfg.Kafka.SummariesTopic, web, o.window)
 
 	var wg sync.WaitGroup
 	gwCtx, gwCancel := context.WithCancel(context.Background())
