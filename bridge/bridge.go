@@ -128,6 +128,29 @@ type Warner interface {
 // Connector makes a new Producer; it fails when no broker can be reached.
 type Connector func(ctx context.Context) (Producer, error)
 
+// Prober checks the link to Kafka without delivering or fencing anything
+// (package kafka's Probe: brokers reachable, authentication, topics, the
+// transactional id). It returns one line that says what it found, and an
+// error when the link cannot be used.
+type Prober func(ctx context.Context) (line string, err error)
+
+// LinkState is what the Forwarder knows of its link to Kafka.
+type LinkState string
+
+const (
+	// LinkConnecting: nothing is known yet (the first check or connection
+	// since start has not answered).
+	LinkConnecting LinkState = "connecting"
+	// LinkUp: a producer is connected and delivers.
+	LinkUp LinkState = "up"
+	// LinkIdle: nothing has needed sending since start, and the latest
+	// check (Options.Probe, every ProbeInterval) found Kafka usable.
+	LinkIdle LinkState = "idle"
+	// LinkDown: the latest check, connection or send failed
+	// (Stats.LinkError says why, Stats.LinkSince since when).
+	LinkDown LinkState = "down"
+)
+
 // FullPolicy says what happens when the outbound queue reaches its quota.
 type FullPolicy int
 
@@ -176,7 +199,16 @@ type Options struct {
 	MinBackoff       time.Duration // first reconnect delay; default 100ms
 	MaxBackoff       time.Duration // reconnect delay cap; default 2s
 	Grace            time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
-	Logger           *slog.Logger
+	// Probe checks the link while no producer is connected: at start, so
+	// that a broker that is down, a wrong password or a missing topic is
+	// known before the first window closes, and then every ProbeInterval
+	// (default 30s) while nothing needs sending. Each probe is bounded by
+	// ProbeTimeout (default 20s). Nil: a connection made and closed
+	// (Connector without TakeOver) is the probe.
+	Probe         Prober
+	ProbeInterval time.Duration
+	ProbeTimeout  time.Duration
+	Logger        *slog.Logger
 }
 
 // Stats is a snapshot of the forwarder's counters.
@@ -196,17 +228,26 @@ type Stats struct {
 	// OverQuota counts summaries written beyond the quota under
 	// Backpressure (rather than dropped).
 	OverQuota  uint64
-	Full       bool // the queue is over its backpressure mark
-	LinkUp     bool
+	Full bool // the queue is over its backpressure mark
+	// Link is the link's state, LinkSince when it entered it (for
+	// LinkDown, the first failure of the spell); LinkUp is Link == LinkUp.
+	Link      LinkState
+	LinkSince time.Time
+	LinkUp    bool
+	// LinkChecked is when the link was last found usable or not (a probe,
+	// a connection or a send); zero before the first answer.
+	LinkChecked time.Time
 	Connects   uint64 // successful connections
 	SendErrors uint64
 	// PositionErrors counts reads of the delivered position from Kafka
 	// that failed or timed out (each followed by a reconnect).
 	PositionErrors uint64
-	// LinkError is why the link is down: the last failed connection or
-	// send (a topic configuration that breaks exactly-once delivery
-	// among them); empty while it is up.
+	// LinkError is why the link is down: the last failed probe,
+	// connection or send (a topic configuration that breaks exactly-once
+	// delivery among them); empty unless Link is LinkDown.
 	LinkError string
+	// Probe is the line of the latest probe (see Options.Probe).
+	Probe string
 	// KafkaWarnings are the Kafka settings found at the last connection
 	// that put delivery at risk (see Warner).
 	KafkaWarnings []string
@@ -263,6 +304,11 @@ type Forwarder struct {
 	openNext uint64 // the queue's next sequence number when opened
 	owned    bool   // Kafka's position was found to be this queue's, or this queue committed one
 	adopting bool   // AdoptFile is there: take over whatever Kafka holds
+
+	// attempts counts the delivery loop's answers from Kafka (connections
+	// and sends, good or bad; under mu): a probe that began before the
+	// latest one does not overrule it.
+	attempts uint64
 }
 
 type deadSpan struct {
@@ -306,6 +352,12 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 	if opts.Grace <= 0 {
 		opts.Grace = 5 * time.Second
 	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = 30 * time.Second
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = 20 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -334,6 +386,7 @@ func NewForwarder(opts Options, connect Connector) (*Forwarder, error) {
 		return nil, err
 	}
 	f := &Forwarder{opts: opts, connect: connect, log: opts.Logger, q: q, refused: refused, opened: time.Now()}
+	f.stats.Link, f.stats.LinkSince = LinkConnecting, f.opened
 	f.stats.BatchBytes = min(firstBatchBytes, opts.MaxBatchBytes)
 	if f.stored, err = lastMark(q); err != nil {
 		q.Close()
@@ -555,9 +608,15 @@ func (f *Forwarder) Stats() Stats {
 	s.RefusedBytes = f.refused.Stats().Bytes
 	s.Quarantined, s.Lost = qs.Quarantined, qs.Lost
 	if s.Queued > 0 {
-		oldest := f.opened // queued before this process started
-		if len(f.ages) > 0 && f.ages[0].seq <= f.position {
-			oldest = f.ages[0].at
+		// The oldest undelivered record was enqueued at or after the
+		// latest note at or below the position (to a second); before the
+		// first note, before this process started.
+		oldest := f.opened
+		for _, a := range f.ages {
+			if a.seq > f.position {
+				break
+			}
+			oldest = a.at
 		}
 		s.OldestAge = time.Since(oldest).Truncate(time.Second)
 	}
@@ -566,13 +625,109 @@ func (f *Forwarder) Stats() Stats {
 	return s
 }
 
-func (f *Forwarder) setLink(up bool) {
+// setLink records an answer of the delivery loop: a connection made
+// (err nil, up) or a connection or send that failed (err set). A producer
+// closed for another reason (a refused record, shutdown) passes up false
+// and no error: the state stays until the next answer.
+func (f *Forwarder) setLink(up bool, err error) {
 	f.mu.Lock()
-	f.stats.LinkUp = up
-	if up {
+	defer f.mu.Unlock()
+	now := time.Now()
+	switch {
+	case up:
 		f.stats.Connects++
+		f.moveLink(LinkUp, "", now)
+	case err != nil:
+		f.moveLink(LinkDown, err.Error(), now)
+	default:
+		return
 	}
+	f.attempts++
+	f.stats.LinkChecked = now
+}
+
+// moveLink sets the link's state (under mu); LinkSince moves only when
+// the state changes.
+func (f *Forwarder) moveLink(to LinkState, why string, now time.Time) {
+	if f.stats.Link != to {
+		f.stats.LinkSince = now
+	}
+	f.stats.Link, f.stats.LinkUp, f.stats.LinkError = to, to == LinkUp, why
+}
+
+// probeLoop checks the link at start and then every ProbeInterval while
+// no producer is connected, until ctx ends. It logs the first outcome,
+// and every change after it.
+func (f *Forwarder) probeLoop(ctx context.Context) {
+	probe := f.opts.Probe
+	if probe == nil {
+		probe = func(ctx context.Context) (string, error) {
+			p, err := f.connect(ctx)
+			if err != nil {
+				return "", err
+			}
+			p.Close()
+			return "kafka reachable", nil
+		}
+	}
+	first := true
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// The delivery loop's own connections check the link while it has
+		// records to send; a probe then adds nothing but load.
+		qs := f.q.Stats()
+		f.mu.Lock()
+		skip := f.stats.Link == LinkUp || (!first && qs.Next > f.position)
+		seen := f.attempts
+		f.mu.Unlock()
+		if !skip {
+			pctx, cancel := context.WithTimeout(ctx, f.opts.ProbeTimeout)
+			line, err := probe(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			f.noteProbe(line, err, seen, first)
+			first = false
+		}
+		t.Reset(f.opts.ProbeInterval)
+	}
+}
+
+// noteProbe records a probe's outcome, unless the delivery loop has had
+// an answer from Kafka since the probe began (seen): that one is newer.
+func (f *Forwarder) noteProbe(line string, err error, seen uint64, first bool) {
+	qs := f.q.Stats()
+	f.mu.Lock()
+	was := f.stats.Link
+	if err != nil {
+		line = err.Error()
+	}
+	f.stats.Probe = line
+	if f.attempts == seen && f.stats.Link != LinkUp {
+		now := time.Now()
+		f.stats.LinkChecked = now
+		switch {
+		case err != nil:
+			f.moveLink(LinkDown, "probe: "+err.Error(), now)
+		case qs.Next <= f.position: // nothing to send: idle, not up
+			f.moveLink(LinkIdle, "", now)
+		}
+	}
+	now := f.stats.Link
 	f.mu.Unlock()
+	switch {
+	case err != nil && (first || was != now):
+		f.log.Warn("kafka probe failed; readings are still taken and queued", "err", err)
+	case err == nil && (first || was != now):
+		f.log.Info("kafka probe: " + line)
+	}
 }
 
 // ErrQueueFailed wraps a failure of the outbound queue's storage (a failed
@@ -584,11 +739,21 @@ var ErrQueueFailed = errors.New("outbound queue failed")
 // early only if the queue's storage fails (ErrQueueFailed).
 func (f *Forwarder) Run(ctx context.Context) error {
 	var p Producer
+	pctx, stopProbes := context.WithCancel(ctx)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		f.probeLoop(pctx)
+	}()
 	defer func() {
+		stopProbes()
+		<-probed
 		if p != nil {
 			p.Close()
 		}
-		f.setLink(false)
+		f.mu.Lock()
+		f.stats.LinkUp = false
+		f.mu.Unlock()
 	}()
 	backoff := f.opts.MinBackoff
 	wait := func(ctx context.Context, d time.Duration) bool {
@@ -706,12 +871,11 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				}
 				p = np
 				f.mu.Lock()
-				f.stats.LinkError = ""
 				if w, ok := np.(Warner); ok {
 					f.stats.KafkaWarnings = w.Warnings()
 				}
 				f.mu.Unlock()
-				f.setLink(true)
+				f.setLink(true, nil)
 				f.log.Info("kafka link up")
 				if found {
 					if skip, err := f.reconcile(kp, seqs[0]); err != nil {
@@ -755,7 +919,6 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					// are sent again). A fresh producer starts clean.
 					p.Close()
 					p = nil
-					f.setLink(false)
 					if k > 1 {
 						suspect = i
 						f.log.Info("kafka refused records of a batch; sending the first refused one alone", "records", k, "suspect_seq", seqs[i], "err", err)
@@ -771,7 +934,6 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				}
 				p.Close()
 				p = nil
-				f.setLink(false)
 				setBudget(budget / 2)
 				return fmt.Errorf("send %d records (%d bytes): %w", k, size, err), nil
 			}
@@ -800,14 +962,13 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		linkErr, fatal := deliver(ctx)
 		if fatal != nil {
+			f.setLink(false, fatal)
 			// The queue stays open: the gateway's shutdown still queues
 			// the summaries of its open windows and syncs them.
 			return fatal
 		}
 		if linkErr != nil && ctx.Err() == nil {
-			f.mu.Lock()
-			f.stats.LinkError = linkErr.Error()
-			f.mu.Unlock()
+			f.setLink(false, linkErr)
 			f.log.Warn("kafka link down; queueing", "err", linkErr, "queued", f.Stats().Queued)
 			wait(ctx, nextBackoff())
 			continue
