@@ -227,8 +227,8 @@ type Stats struct {
 	DeadLetterBytes    int64
 	// OverQuota counts summaries written beyond the quota under
 	// Backpressure (rather than dropped).
-	OverQuota  uint64
-	Full bool // the queue is over its backpressure mark
+	OverQuota uint64
+	Full      bool // the queue is over its backpressure mark
 	// Link is the link's state, LinkSince when it entered it (for
 	// LinkDown, the first failure of the spell); LinkUp is Link == LinkUp.
 	Link      LinkState
@@ -237,8 +237,8 @@ type Stats struct {
 	// LinkChecked is when the link was last found usable or not (a probe,
 	// a connection or a send); zero before the first answer.
 	LinkChecked time.Time
-	Connects   uint64 // successful connections
-	SendErrors uint64
+	Connects    uint64 // successful connections
+	SendErrors  uint64
 	// PositionErrors counts reads of the delivered position from Kafka
 	// that failed or timed out (each followed by a reconnect).
 	PositionErrors uint64
