@@ -1,8 +1,9 @@
 // Package configs loads and validates the edgegate configuration file (one
 // YAML document; see edgegate.yaml beside this file for every key, commented).
 //
-// Loading is strict: unknown keys are errors, every value is checked, and
-// each error names the key, says what is wrong and how to fix it.
+// Loading is strict: unknown keys are errors and every value is checked.
+// One run reports every problem (Problems), each naming its key and line,
+// what is wrong and how to fix it.
 package configs
 
 import (
@@ -17,7 +18,6 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -376,7 +376,7 @@ var byteUnits = map[string]int64{
 
 // UnmarshalYAML implements yaml.Unmarshaler.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	bad := &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a size; write bytes or a number with a unit, e.g. 512MiB or 2GiB", n.Line, n.Value)}}
+	bad := badValue(n, "is not a size; write bytes or a number with a unit, e.g. 512MiB or 2GiB")
 	if n.Kind != yaml.ScalarNode {
 		return bad
 	}
@@ -446,10 +446,16 @@ type Duration time.Duration
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %q is not a duration; use Go syntax such as 90s, 1m or 24h", n.Line, n.Value)}}
+		return badValue(n, "is not a duration; write it as 1m, 90s or 1h30m")
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// badValue is an unmarshaler's error: a TypeError, on which yaml goes on to
+// the next key, in yaml's words ("line 7: ...").
+func badValue(n *yaml.Node, why string) error {
+	return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s %s", n.Line, describe(n), why)}}
 }
 
 // MarshalYAML implements yaml.Marshaler.
@@ -570,10 +576,13 @@ func Load(path string) (*Config, error) {
 	return c, nil
 }
 
-// Parse decodes and validates a configuration document. The error lists
-// every problem found, each naming its key.
+// Parse decodes and validates a configuration document. Its error, but for
+// a document that is not YAML at all, is Problems: every problem found, each
+// with its key, line and fix. A bad value keeps its default so that the
+// rest is still decoded and validated, and Validate's rules about it (or
+// about a key a misspelt one was meant to be) are left out, as they would
+// only repeat the problem.
 func Parse(data []byte) (*Config, error) {
-	c := Default()
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("not valid YAML: %w", err)
@@ -581,139 +590,21 @@ func Parse(data []byte) (*Config, error) {
 	if len(root.Content) == 0 {
 		return nil, errors.New("file is empty; at least kafka.brokers must be set")
 	}
-	doc := root.Content[0]
-	lines := map[int]string{}
-	var problems []string
-	checkKeys(doc, reflect.TypeOf(c), "", lines, &problems)
+	c := Default()
+	d := decoder{lines: map[string]int{}}
+	d.decode(root.Content[0], reflect.ValueOf(&c).Elem(), "", 0)
+	problems := d.problems
+	for _, p := range c.problems() {
+		if !d.consequential(p.Key) {
+			line, set := d.lines[p.Key]
+			p.Line, p.Unset = line, !set
+			problems = append(problems, p)
+		}
+	}
 	if len(problems) > 0 {
-		return nil, errors.New(strings.Join(problems, "; "))
-	}
-	if err := doc.Decode(&c); err != nil {
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			return nil, err
-		}
-		for _, msg := range te.Errors {
-			problems = append(problems, nameLine(msg, lines))
-		}
-		return nil, errors.New(strings.Join(problems, "; "))
-	}
-	if err := c.Validate(); err != nil {
-		return nil, err
+		return nil, problems.sorted()
 	}
 	return &c, nil
-}
-
-var lineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
-
-// nameLine rewrites "line 7: cannot unmarshal ..." as "aggregate.window: ...
-// (line 7)".
-func nameLine(msg string, lines map[int]string) string {
-	m := lineRE.FindStringSubmatch(msg)
-	if m == nil {
-		return msg
-	}
-	n, _ := strconv.Atoi(m[1])
-	if key, ok := lines[n]; ok {
-		text := strings.Replace(m[2], "cannot unmarshal ", "wrong type: ", 1)
-		return fmt.Sprintf("%s: %s (line %d)", key, text, n)
-	}
-	return msg
-}
-
-// checkKeys walks the YAML mapping against the struct type, reporting keys
-// the type does not have, and records the key path of each line.
-func checkKeys(n *yaml.Node, t reflect.Type, path string, lines map[int]string, problems *[]string) {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode {
-		return
-	}
-	if t == reflect.TypeOf(Duration(0)) || t == reflect.TypeOf(ByteSize(0)) {
-		return
-	}
-	fields := map[string]reflect.Type{}
-	var names []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag := strings.Split(f.Tag.Get("yaml"), ",")[0]
-		if tag == "" || tag == "-" {
-			continue
-		}
-		fields[tag] = f.Type
-		names = append(names, tag)
-	}
-	sort.Strings(names)
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		full := k.Value
-		if path != "" {
-			full = path + "." + k.Value
-		}
-		ft, ok := fields[k.Value]
-		if !ok {
-			hint := ""
-			if s := closest(k.Value, names); s != "" {
-				hint = fmt.Sprintf("; did you mean %s?", joinPath(path, s))
-			} else {
-				hint = fmt.Sprintf("; known keys here: %s", strings.Join(names, ", "))
-			}
-			*problems = append(*problems, fmt.Sprintf("%s: unknown key (line %d)%s", full, k.Line, hint))
-			continue
-		}
-		if seen[k.Value] {
-			*problems = append(*problems, fmt.Sprintf("%s: key appears twice (line %d); keep one", full, k.Line))
-		}
-		seen[k.Value] = true
-		lines[k.Line] = full
-		lines[v.Line] = full
-		for _, c := range v.Content {
-			if _, taken := lines[c.Line]; !taken {
-				lines[c.Line] = full
-			}
-		}
-		checkKeys(v, ft, full, lines, problems)
-	}
-}
-
-func joinPath(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// closest returns the known key nearest to s by edit distance, if close.
-func closest(s string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		if d := editDistance(s, n); d < bestD || (d <= 3 && strings.Contains(n, s) && len(s) >= 3) {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 var (
@@ -732,12 +623,20 @@ func sanitizeID(s string) string {
 	return s
 }
 
-// Validate checks every value and cross-key rule; the error names each
-// offending key and what would fix it.
+// Validate checks every value and cross-key rule. Its error is Problems,
+// each naming an offending key and what would fix it.
 func (c *Config) Validate() error {
-	var p []string
+	if p := c.problems(); len(p) > 0 {
+		return p
+	}
+	return nil
+}
+
+// problems is Validate's list, sorted by key; a Config has no lines.
+func (c *Config) problems() Problems {
+	var p Problems
 	add := func(key, format string, args ...any) {
-		p = append(p, key+": "+fmt.Sprintf(format, args...))
+		p = append(p, Problem{Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	if c.Gateway.ID != "" && !idRE.MatchString(c.Gateway.ID) {
 		add("gateway.id", "%q is not a valid id; use 1-64 letters, digits, '.', '_' or '-' (it names the gateway in every summary and its Kafka transactional id), or leave it unset for one the gateway makes", c.Gateway.ID)
@@ -792,7 +691,9 @@ func (c *Config) Validate() error {
 	if d := c.Aggregate.MaxDeviceSkew.D(); d != 0 && (d < time.Second || d > 24*time.Hour) {
 		add("aggregate.max_device_skew", "%v is out of range; use 1s to 24h, or 0 to report no skewed device clocks", d)
 	}
-	if err := c.AggregateConfig().Validate(); err != nil {
+	if d := c.Aggregate.Window.D(); d < time.Second || d > 24*time.Hour {
+		add("aggregate.window", "%s is out of range; use 1s to 24h (the default is 1m)", d)
+	} else if err := c.AggregateConfig().Validate(); err != nil {
 		add("aggregate", "%v", err)
 	}
 	if b := c.Clock.HoldMaxBytes; b != 0 && (b < 64<<10 || b > 4<<30) {
@@ -804,8 +705,11 @@ func (c *Config) Validate() error {
 	if s := c.Clock.Synchronized; s != "auto" && s != "always" {
 		add("clock.synchronized", "%q is not a choice; use auto (ask the kernel, as chrony, ntpd and systemd-timesyncd keep it) or always (the clock is right whatever the kernel says: a battery-backed RTC)", s)
 	}
-	if len(c.Kafka.Brokers) == 0 {
+	switch {
+	case c.Kafka.Brokers == nil:
 		add("kafka.brokers", "is required; list your Kafka bootstrap brokers as host:port, e.g. [kafka-1.example.com:9092]")
+	case len(c.Kafka.Brokers) == 0:
+		add("kafka.brokers", "is empty; list at least one Kafka bootstrap broker as host:port, e.g. [kafka-1.example.com:9092]")
 	}
 	for i, b := range c.Kafka.Brokers {
 		checkAddr(add, fmt.Sprintf("kafka.brokers[%d]", i), b, true)
@@ -934,11 +838,7 @@ func (c *Config) Validate() error {
 	default:
 		add("log.format", "%q is not a format; use text or json", c.Log.Format)
 	}
-	sort.Strings(p)
-	if len(p) > 0 {
-		return errors.New(strings.Join(p, "; "))
-	}
-	return nil
+	return p.sorted()
 }
 
 // validateSecurity checks the listeners, the ACL and the limits.
@@ -1242,13 +1142,17 @@ func (c *Config) CheckFiles() error {
 }
 
 func checkAddr(add func(string, string, ...any), key, addr string, needHost bool) {
+	eg := "0.0.0.0:1883"
+	if needHost {
+		eg = "kafka-1.example.com:9092"
+	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		add(key, "%q is not host:port (e.g. 0.0.0.0:1883)", addr)
+		add(key, "%q is not host:port; write it as host:port, e.g. %s", addr, eg)
 		return
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		add(key, "%q: port %q is not a number from 0 to 65535", addr, port)
+		add(key, "%q: port %q is not a number from 0 to 65535; write it as host:port, e.g. %s", addr, port, eg)
 	}
 	if needHost && host == "" {
 		add(key, "%q has no host; write host:port", addr)
