@@ -43,11 +43,35 @@ type GatewayID struct {
 // delivered position depend on it). The id in use is written to the file
 // (atomically and durably), so that unsetting gateway.id later keeps it.
 func (c *Config) ResolveGatewayID() (GatewayID, error) {
+	g, stored, err := c.peekGatewayID()
+	if err != nil {
+		return g, err
+	}
+	if g.ID != stored {
+		if err := writeFileDurably(c.Gateway.DataDir, GatewayIDFile, []byte(g.ID+"\n")); err != nil {
+			return g, fmt.Errorf("gateway.id: keep it in %s: %w", g.File, err)
+		}
+	}
+	c.Gateway.ID = g.ID
+	return g, nil
+}
+
+// PeekGatewayID is the id ResolveGatewayID would settle on, without
+// writing anything or changing c (for `edgegate check`). Before the first
+// start it is one the gateway could make: the same form, another random
+// part (From is "generated").
+func (c *Config) PeekGatewayID() (GatewayID, error) {
+	g, _, err := c.peekGatewayID()
+	return g, err
+}
+
+// peekGatewayID works the id out, and returns the one stored, if any.
+func (c *Config) peekGatewayID() (GatewayID, string, error) {
 	dir := c.Gateway.DataDir
 	g := GatewayID{File: filepath.Join(dir, GatewayIDFile)}
 	stored, err := readGatewayID(g.File)
 	if err != nil {
-		return g, err
+		return g, "", err
 	}
 	switch {
 	case c.Gateway.ID != "":
@@ -68,17 +92,11 @@ func (c *Config) ResolveGatewayID() (GatewayID, error) {
 		}
 		var r [5]byte
 		if _, err := rand.Read(r[:]); err != nil {
-			return g, fmt.Errorf("gateway.id: make one: %w", err)
+			return g, "", fmt.Errorf("gateway.id: make one: %w", err)
 		}
 		g.ID, g.From = prefix+"-"+hex.EncodeToString(r[:]), "generated"
 	}
-	if g.ID != stored {
-		if err := writeFileDurably(dir, GatewayIDFile, []byte(g.ID+"\n")); err != nil {
-			return g, fmt.Errorf("gateway.id: keep it in %s: %w", g.File, err)
-		}
-	}
-	c.Gateway.ID = g.ID
-	return g, nil
+	return g, stored, nil
 }
 
 // readGatewayID reads the file, "" if there is none.

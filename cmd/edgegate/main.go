@@ -17,7 +17,9 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/configs"
@@ -31,7 +33,8 @@ const usage = `edgegate: IoT edge gateway (MQTT in, per-minute summaries out to 
 Usage:
   edgegate run --config FILE     run the gateway
   edgegate demo [flags]          ` + demoHelp + `
-  edgegate check --config FILE   validate a config file and print the effective config
+  edgegate check --config FILE [--kafka]   validate a config file and print the effective config;
+                                 --kafka: also check the brokers, credentials, topics and transactional id
   edgegate passwd [-c] [-D] FILE USER   add, update (-c: create) or delete a device's password
   edgegate status [--url U]      the running gateway's state, from its HTTP endpoint
   edgegate sensors scan --bus B  list the devices on an I2C bus, naming BME280/SHT3x/BH1750
@@ -72,7 +75,7 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = cmdDemo(ctx, args[1:], stdout, stderr)
 	case "check":
-		err = cmdCheck(args[1:], stdout, stderr)
+		err = cmdCheck(ctx, args[1:], stdout, stderr)
 	case "passwd":
 		err = cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "sensors":
@@ -136,9 +139,12 @@ func loadConfig(path string) (*configs.Config, error) {
 	return cfg, nil
 }
 
-func cmdCheck(args []string, stdout, stderr io.Writer) error {
+func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flagSet("check", stderr)
 	path := fs.String("config", "", "config file to check")
+	probe := fs.Bool("kafka", false, "also probe Kafka as the gateway does at start: brokers reachable, authenticated, topics present, "+
+		"offsets topic compacted, transactional id usable (nothing is produced or created); exits 1 if a step fails")
+	timeout := fs.Duration("timeout", 20*time.Second, "with --kafka, how long the probe may take")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -154,5 +160,49 @@ func cmdCheck(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	fmt.Fprintf(stdout, "# %s is valid. Effective configuration:\n%s", *path, out)
+	if !*probe {
+		return nil
+	}
+	return checkKafka(ctx, cfg, *timeout, stdout)
+}
+
+// checkKafka runs the probe the gateway runs at start (kafka.Probe) and
+// prints each step.
+func checkKafka(ctx context.Context, cfg *configs.Config, timeout time.Duration, stdout io.Writer) error {
+	id, err := cfg.PeekGatewayID()
+	if err != nil {
+		return fmt.Errorf("check --kafka: %w", err)
+	}
+	c := *cfg
+	c.Gateway.ID = id.ID
+	ko, err := kafkaOptions(&c, c.Kafka.ClientID)
+	if err != nil {
+		return fmt.Errorf("check --kafka: %w", err)
+	}
+	fmt.Fprintf(stdout, "\n# Kafka (%s):\n", strings.Join(c.Kafka.Brokers, ", "))
+	if id.From == "generated" && c.Kafka.ExactlyOnce {
+		fmt.Fprintf(stdout, "# gateway.id is not set and %s holds none yet: the transactional id is checked as %s, of the form the gateway makes at its first start\n",
+			id.File, c.TransactionalID())
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r := kafka.Probe(pctx, ko)
+	for _, st := range r.Steps {
+		mark := "ok  "
+		switch {
+		case st.Skipped:
+			mark = "--  "
+		case !st.OK:
+			mark = "FAIL"
+		}
+		fmt.Fprintf(stdout, "%s %s: %s\n", mark, st.Name, st.Detail)
+	}
+	for _, w := range r.Warnings {
+		fmt.Fprintf(stdout, "warn %s\n", w)
+	}
+	if err := r.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# Kafka is ready for this gateway (checked in %.2f s)\n", r.Took.Seconds())
 	return nil
 }
