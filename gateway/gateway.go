@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,10 @@ type Gateway struct {
 
 	recent     [20]RecentDeadLetter // the latest dead letters, a ring (under mu)
 	recentNext int
+	// deadLetters counts the dead letters emitted since start by their
+	// (first) reason (under mu): a fixed vocabulary, capped at
+	// maxDeadReasons all the same.
+	deadLetters map[string]uint64
 
 	cpWritten atomic.Int64 // journal bytes written when the latest checkpoint was taken
 	cpSize    atomic.Int64 // its size
@@ -471,9 +476,19 @@ func (g *Gateway) emitDeadLetter(d DeadLetter) {
 	g.recent[g.recentNext%len(g.recent)] = RecentDeadLetter{At: d.ReceivedAt.UTC(), Reason: d.Reason, Device: d.Device, Topic: d.Topic, Detail: d.Detail}
 	g.recentNext++
 	if m, ok := g.nextMark(); ok {
+		if g.deadLetters == nil {
+			g.deadLetters = map[string]uint64{}
+		}
+		if _, known := g.deadLetters[d.Reason]; known || len(g.deadLetters) < maxDeadReasons {
+			g.deadLetters[d.Reason]++
+		}
 		g.out.DeadLetter(d, m)
 	}
 }
+
+// maxDeadReasons bounds Stats.DeadLetters; the reasons are the decoder's
+// and the aggregator's (about 30).
+const maxDeadReasons = 64
 
 // maxDeviceStats caps the devices listed in Stats (the status page's
 // table); the rest are counted in Devices.
@@ -698,6 +713,10 @@ type Stats struct {
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
 	RecentDeadLetters []RecentDeadLetter
+	// DeadLetters counts the dead letters sent since start (those a
+	// replay found already stored are not counted again), by reason: the
+	// first reason of each (see DeadLetter.Reason).
+	DeadLetters map[string]uint64
 	// Sparkplug is the Sparkplug B host's state and counters; nil unless
 	// sparkplug.enabled.
 	Sparkplug *sparkplug.Stats `json:",omitempty"`
@@ -745,6 +764,10 @@ func (g *Gateway) Stats() Stats {
 	if g.sp != nil {
 		sp := g.sp.Stats()
 		s.Sparkplug = &sp
+	}
+	s.DeadLetters = maps.Clone(g.deadLetters)
+	if s.DeadLetters == nil {
+		s.DeadLetters = map[string]uint64{}
 	}
 	for i := range min(g.recentNext, len(g.recent)) {
 		s.RecentDeadLetters = append(s.RecentDeadLetters, g.recent[(g.recentNext-1-i)%len(g.recent)])

@@ -108,7 +108,7 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
+	p, err := newPipeline(&cfg, log, ko, time.Now)
 	if err != nil {
 		return fmt.Errorf("%w (is another MQTT broker or web server running? try --mqtt 127.0.0.1:0 --http 127.0.0.1:0)", err)
 	}

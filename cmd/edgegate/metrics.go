@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"time"
 
+	"github.com/edgegate/edgegate/bridge"
 	"github.com/edgegate/edgegate/gateway/payload"
 )
 
@@ -17,12 +17,10 @@ import (
 // 100 devices in order of first reading; the rest are counted.
 const maxDeviceMetrics = 100
 
-// metricsCollector exposes the gateway's and forwarder's counters at
-// scrape time: nothing is counted twice and the ingest path pays nothing
-// for metrics.
-type metricsCollector struct {
-	p *pipeline
-}
+// /metrics exposes one snapshot of the gateway's and forwarder's counters
+// (pipeline.status) at scrape time: nothing is counted twice, the ingest
+// path pays nothing for metrics, and the figures are the ones
+// /api/status, the status page and `edgegate status` show.
 
 func desc(name, help string, labels ...string) *metricDesc {
 	return &metricDesc{name: "edgegate_" + name, help: help, labels: labels}
@@ -56,6 +54,13 @@ var (
 	mLost         = desc("queue_lost_total", "Records lost in damaged queue frames or undecodable.")
 	mFull         = desc("queue_full", "1 while the outbound queue is over its backpressure mark.")
 	mLinkUp       = desc("kafka_link_up", "1 while the link to Kafka is up.")
+	mLinkState    = desc("kafka_link_state", "1 for the link's state: connecting (no answer yet since start), up (a producer delivers), idle (nothing to send yet; the latest probe found Kafka usable), down (the latest probe, connection or send failed; see /api/status).", "state")
+	mLinkStateAge = desc("kafka_link_state_seconds", "How long the link has been in its state (for down, since the spell's first failure).")
+	mDrainETA     = desc("queue_drain_eta_seconds", "When the outbound queue will be empty at the last minute's delivery rate: 0 when empty, +Inf when not draining (the link is down, or nothing was delivered for a minute while records waited), NaN while waiting (records queued under a minute ago).")
+	mDevPerMin    = desc("device_readings_per_minute", "Readings a minute of the device over the last minute (or since start), for the first 100 devices; absent in the first 10 s.", "device")
+	mDevRevised   = desc("device_late_revisions_total", "Late readings of the device that revised a closed window, for the first 100 devices.", "device")
+	mDevTooLate   = desc("device_too_late_total", "Readings of the device beyond the allowed lateness (dead-lettered as too_late), for the first 100 devices.", "device")
+	mDeadLetters  = desc("deadletters_total", "Dead letters sent to the dead-letter topic, by their first reason (the decoder's, e.g. invalid_json, or the aggregator's, e.g. too_late).", "reason")
 	mConnects     = desc("kafka_connects_total", "Successful connections to Kafka.")
 	mSendErrors   = desc("kafka_send_errors_total", "Failed batch sends (each followed by a reconnect).")
 	mPosErrors    = desc("kafka_position_errors_total", "Reads of the delivered position from the offsets topic that failed or timed out (each followed by a reconnect; never taken for \"nothing delivered\").")
@@ -111,9 +116,9 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// collect adds the gateway's families to e.
-func (c metricsCollector) collect(e *exposition) {
-	g, f := c.p.gw.Stats(), c.p.fwd.Stats()
+// collect adds the families of one snapshot to e.
+func collect(e *exposition, st status) {
+	g, f := st.MQTT, st.Kafka
 	counter, gauge := e.counter, e.gauge
 	outcomes := make([]string, 0, len(g.Outcomes))
 	for o := range g.Outcomes {
@@ -156,6 +161,14 @@ func (c metricsCollector) collect(e *exposition) {
 	counter(mLost, float64(f.Lost))
 	gauge(mFull, b2f(f.Full))
 	gauge(mLinkUp, b2f(f.LinkUp))
+	for _, state := range []bridge.LinkState{bridge.LinkConnecting, bridge.LinkUp, bridge.LinkIdle, bridge.LinkDown} {
+		gauge(mLinkState, b2f(f.Link == state), string(state))
+	}
+	gauge(mLinkStateAge, st.Now.Sub(f.LinkSince).Seconds())
+	gauge(mDrainETA, st.Figures.Drain.etaMetric())
+	for _, r := range slices.Sorted(maps.Keys(g.DeadLetters)) {
+		counter(mDeadLetters, float64(g.DeadLetters[r]), r)
+	}
 	counter(mConnects, float64(f.Connects))
 	counter(mSendErrors, float64(f.SendErrors))
 	counter(mPosErrors, float64(f.PositionErrors))
@@ -172,7 +185,7 @@ func (c metricsCollector) collect(e *exposition) {
 	counter(mRefusedRecs, float64(f.Refused))
 	gauge(mRefusedBytes, float64(f.RefusedBytes))
 	counter(mRefusedDrop, float64(f.RefusedDropped))
-	now := time.Now()
+	now := st.Now
 	listed := 0
 	for _, d := range g.DeviceList {
 		if listed == maxDeviceMetrics {
@@ -189,6 +202,11 @@ func (c metricsCollector) collect(e *exposition) {
 			gauge(mDevOffset, d.ClockOffset.Seconds(), d.ID)
 		}
 		counter(mDevUnset, float64(d.ClockUnset), d.ID)
+		counter(mDevRevised, float64(d.Revised), d.ID)
+		counter(mDevTooLate, float64(d.TooLate), d.ID)
+		if df, ok := st.Figures.Devices[d.ID]; ok && df.ReadingsPerMin != nil {
+			gauge(mDevPerMin, *df.ReadingsPerMin, d.ID)
+		}
 	}
 	gauge(mDevUnlisted, float64(g.Devices-listed))
 	clk := g.Clock
@@ -238,7 +256,7 @@ func (c metricsCollector) collect(e *exposition) {
 func (p *pipeline) metricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e := newExposition()
-		metricsCollector{p}.collect(e)
+		collect(e, p.status())
 		collectGo(e)
 		collectProcess(e)
 		var buf bytes.Buffer

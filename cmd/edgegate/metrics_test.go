@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/edgegate/edgegate/bridge/kafka"
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway/payload"
@@ -53,7 +52,7 @@ func runPipelineWith(t *testing.T, id string, edit func(*configs.Config)) (conte
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := newPipeline(&cfg, log, kafka.NewConnector(ko), time.Now)
+	p, err := newPipeline(&cfg, log, ko, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

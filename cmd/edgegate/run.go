@@ -66,7 +66,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	ko.Logger = log.With("component", "kafka")
-	p, err := newLockedPipeline(cfg, log, lock, kafka.NewConnector(ko), time.Now)
+	p, err := newLockedPipeline(cfg, log, lock, ko, time.Now)
 	if err != nil {
 		return err
 	}
@@ -95,6 +95,14 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) error {
 	<-reloaded
 	log.Info("edgegate stopped", "err", err)
 	return err
+}
+
+// kafkaProber probes the link as `edgegate check --kafka` does.
+func kafkaProber(ko kafka.Options) bridge.Prober {
+	return func(ctx context.Context) (string, error) {
+		r := kafka.Probe(ctx, ko)
+		return r.Line(), r.Err()
+	}
 }
 
 // kafkaOptions derives the producer's options from the configuration,
@@ -140,6 +148,7 @@ type pipeline struct {
 	http    net.Listener
 	lock    io.Closer // held while the pipeline runs: one gateway per data_dir
 	started time.Time
+	hist    *history // sampled by run every historyStep
 }
 
 // statusPage is served at /: one self-contained page that refreshes itself.
@@ -165,17 +174,19 @@ func storageWritable(dir string) error {
 
 // newPipeline locks the data directory and makes the pipeline;
 // cfg.Gateway.ID must be set.
-func newPipeline(cfg *configs.Config, log *slog.Logger, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
+func newPipeline(cfg *configs.Config, log *slog.Logger, ko kafka.Options, now func() time.Time) (*pipeline, error) {
 	lock, err := gateway.LockDataDir(cfg.Gateway.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	return newLockedPipeline(cfg, log, lock, connect, now)
+	return newLockedPipeline(cfg, log, lock, ko, now)
 }
 
 // newLockedPipeline makes the pipeline on a locked data directory; the
-// pipeline releases the lock (lock is closed if it fails).
-func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, connect bridge.Connector, now func() time.Time) (*pipeline, error) {
+// pipeline releases the lock (lock is closed if it fails). The forwarder
+// delivers through a producer made with ko, and probes the link with the
+// same options (see kafka.Probe).
+func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, ko kafka.Options, now func() time.Time) (*pipeline, error) {
 	policy := bridge.Backpressure
 	if cfg.Storage.FullPolicy == "drop_oldest" {
 		policy = bridge.DropOldest
@@ -191,8 +202,9 @@ func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, co
 		RefusedMaxBytes: int64(cfg.Kafka.RefusedMaxBytes),
 		MaxBatchBytes:   int(cfg.Kafka.MaxBatchBytes),
 		DeadLetterShare: cfg.Storage.DeadLetterShare,
+		Probe:           kafkaProber(ko),
 		Logger:          log.With("component", "bridge"),
-	}, connect)
+	}, kafka.NewConnector(ko))
 	if err != nil {
 		lock.Close()
 		return nil, fmt.Errorf("gateway.data_dir: %w", err)
@@ -205,7 +217,7 @@ func newLockedPipeline(cfg *configs.Config, log *slog.Logger, lock io.Closer, co
 		lock.Close()
 		return nil, err
 	}
-	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: now().UTC()}
+	p := &pipeline{cfg: cfg, log: log, gw: gw, fwd: fwd, lock: lock, started: now().UTC(), hist: newHistory()}
 	if cfg.HTTP.Listen != "" {
 		if p.http, err = net.Listen("tcp", cfg.HTTP.Listen); err != nil {
 			return nil, fmt.Errorf("http.listen %s: %w", cfg.HTTP.Listen, err)
@@ -250,6 +262,12 @@ func (p *pipeline) run(ctx context.Context) error {
 	defer gcancel()
 	gwDone := make(chan error, 1)
 	go func() { gwDone <- p.gw.Run(gctx) }()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		p.sampleHistory(gctx)
+	}()
+	defer func() { gcancel(); <-sampled }()
 	var gwErr, fwdErr error
 	select {
 	case gwErr = <-gwDone: // shutdown: the gateway has closed its windows
@@ -271,6 +289,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	return errors.Join(gwErr, fwdErr)
 }
 
+// status is one snapshot of the gateway: /api/status as JSON, and what
+// /metrics, the status page and `edgegate status` show.
 type status struct {
 	Gateway string        `json:"gateway"`
 	Version string        `json:"version"`
@@ -278,10 +298,36 @@ type status struct {
 	MQTT    gateway.Stats `json:"mqtt"`
 	Kafka   bridge.Stats  `json:"kafka"`
 	Now     time.Time     `json:"now"`
+	Figures figures       `json:"figures"`
 }
 
-func (p *pipeline) status() status {
+// counters takes the gateway's and the forwarder's counters, without the
+// figures.
+func (p *pipeline) counters() status {
 	return status{Gateway: p.cfg.Gateway.ID, Version: version, Started: p.started, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: time.Now().UTC()}
+}
+
+// status takes a snapshot and works out its figures.
+func (p *pipeline) status() status {
+	st := p.counters()
+	st.Figures = computeFigures(st, p.hist)
+	return st
+}
+
+// sampleHistory adds the counters to the history at start and every historyStep
+// until ctx ends.
+func (p *pipeline) sampleHistory(ctx context.Context) {
+	p.hist.add(p.counters())
+	t := time.NewTicker(historyStep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.hist.add(p.counters())
+		}
+	}
 }
 
 // handler serves /healthz (the process is alive), /readyz (the broker is
@@ -299,7 +345,8 @@ func (p *pipeline) handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		body := map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": p.fwd.Stats().LinkUp}
+		k := p.fwd.Stats()
+		body := map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": k.LinkUp, "kafka_link": k.Link}
 		if err := storageWritable(p.cfg.Gateway.DataDir); err != nil {
 			body["ready"], body["storage"] = false, err.Error()
 			writeJSON(w, http.StatusServiceUnavailable, body)
@@ -310,6 +357,9 @@ func (p *pipeline) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.status())
+	})
+	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, p.hist.view(time.Now().UTC()))
 	})
 	mux.Handle("GET /metrics", p.metricsHandler())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

@@ -129,14 +129,15 @@ func printStatus(w io.Writer, st status) {
 		m.Outcomes["late_state_evicted"], m.Outcomes["invalid"], m.Outcomes["too_many_series"], dead)
 	printClock(row, m)
 	row("windows", "%d open, %d closed in memory, %d devices, %d summaries emitted", m.OpenWindows, m.Retained, m.Devices, m.Summaries)
-	link := "down"
-	if k.LinkUp {
-		link = "up"
-	}
-	row("kafka", "link %s, %d records queued (%.1f MiB, oldest %s), %d delivered in %d batches, %d dropped, %d lost, %d refused (set aside), %d connects, %d send errors",
-		link, k.Queued, float64(k.QueueBytes)/(1<<20), k.OldestAge, k.Delivered, k.Batches, k.Dropped, k.Lost, k.Refused, k.Connects, k.SendErrors)
-	if k.LinkError != "" {
-		row("", "link down: %s", k.LinkError)
+	fg := st.Figures
+	row("kafka", "link %s", fg.Link.Text)
+	row("", "%d records queued (%.1f MiB, oldest %s), %d delivered in %d batches, %d dropped, %d lost, %d refused (set aside), %d connects, %d send errors",
+		k.Queued, float64(k.QueueBytes)/(1<<20), k.OldestAge, k.Delivered, k.Batches, k.Dropped, k.Lost, k.Refused, k.Connects, k.SendErrors)
+	row("drain", "%s", fg.Drain.Text)
+	if r := fg.Rates; r.OverSeconds > 0 {
+		row("rates", "%.1f readings/s in, %.1f summaries/s out, %.1f records/s delivered (%s)", r.ReadingsPerS, r.SummariesPerS, r.DeliveredPerS, r.Over)
+	} else {
+		row("rates", "none yet (the first after %s)", fmtAge(minRateSpan))
 	}
 	for _, w := range k.KafkaWarnings {
 		row("warning", "%s", w)
@@ -148,6 +149,7 @@ func printStatus(w io.Writer, st status) {
 	}
 	row("journal", "%.1f MiB, checkpoint at %d of %d, %d fsyncs (mean %.2f ms), %d replayed at start",
 		float64(m.Journal.Bytes)/(1<<20), m.Journal.Checkpoint, m.Journal.Applied, h.Count, avg, m.Journal.Replayed)
+	printDevices(row, st)
 	for _, s := range m.Sensors {
 		state := "up"
 		if !s.Up {
@@ -156,3 +158,34 @@ func printStatus(w io.Writer, st status) {
 		row("sensor", "%s as %s: %s, %d polls, %d errors %s", s.Sensor, s.Device, state, s.Polls, s.Errors, s.LastError)
 	}
 }
+
+// printDevices prints the devices, as the status page's table has them,
+// up to maxPrintedDevices.
+func printDevices(row func(name, format string, args ...any), st status) {
+	m := st.MQTT
+	if len(m.DeviceList) == 0 {
+		return
+	}
+	var dead []string
+	for _, r := range slices.Sorted(maps.Keys(m.DeadLetters)) {
+		dead = append(dead, fmt.Sprintf("%s %d", r, m.DeadLetters[r]))
+	}
+	if len(dead) > 0 {
+		row("dead", "%s", strings.Join(dead, ", "))
+	}
+	for i, d := range m.DeviceList {
+		if i == maxPrintedDevices {
+			row("", "and %d more devices (the status page and /metrics list them)", m.Devices-i)
+			break
+		}
+		perMin := "no readings a minute yet"
+		if f, ok := st.Figures.Devices[d.ID]; ok {
+			perMin = f.Text + " readings/min"
+		}
+		row("device", "%s: %s, %d readings, %d late revisions, %d too late, %d open windows, last seen %s ago",
+			d.ID, perMin, d.Aggregated+d.Revised, d.Revised, d.TooLate, d.OpenWindows, fmtAge(st.Now.Sub(d.LastSeen)))
+	}
+}
+
+// maxPrintedDevices bounds the devices `edgegate status` prints.
+const maxPrintedDevices = 20
