@@ -96,8 +96,8 @@ func TestDrainStates(t *testing.T) {
 	}{
 		{"empty", func(s *status) {}, drainEmpty, 0, "empty at 0.0 records/s (last minute)"},
 		{"draining", func(s *status) { s.Kafka.Delivered, s.Kafka.Queued = 120, 300 }, drainDraining, 150, "about 2 min at 2.0 records/s (last minute)"},
-		{"waiting", func(s *status) { s.Kafka.Queued, s.Kafka.OldestAge = 5, 20 * time.Second }, drainWaiting, math.NaN(), "waiting: 5 records queued, the oldest 20 s ago"},
-		{"stalled", func(s *status) { s.Kafka.Queued, s.Kafka.OldestAge = 5, 90 * time.Second }, drainStuck, math.Inf(1), "not draining: nothing delivered for a minute"},
+		{"waiting", func(s *status) { s.Kafka.Queued, s.Kafka.OldestAge = 5, 20*time.Second }, drainWaiting, math.NaN(), "waiting: 5 records queued, the oldest 20 s ago"},
+		{"stalled", func(s *status) { s.Kafka.Queued, s.Kafka.OldestAge = 5, 90*time.Second }, drainStuck, math.Inf(1), "not draining: nothing delivered for a minute"},
 		{"link down", func(s *status) {
 			s.Kafka.Delivered, s.Kafka.Queued, s.Kafka.OldestAge = 120, 300, 5*time.Second
 			s.Kafka.Link, s.Kafka.LinkUp, s.Kafka.LinkError = bridge.LinkDown, false, "connect to kafka: refused"
