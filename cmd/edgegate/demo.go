@@ -37,7 +37,11 @@ type demoOptions struct {
 	window   time.Duration
 	interval time.Duration
 	duration time.Duration
-	verbose  bool
+	// malformed is the chance that a publication of the last device is a
+	// payload the decoder refuses: the page's dead letters then have
+	// something to show.
+	malformed float64
+	verbose   bool
 }
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,12 +53,13 @@ func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&o.window, "window", 10*time.Second, "aggregation window (1m in production)")
 	fs.DurationVar(&o.interval, "interval", time.Second, "how often each simulated device samples")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.Float64Var(&o.malformed, "malformed", 0.03, "chance that a publication of the last device is malformed (a dead letter, shown on the status page)")
 	fs.BoolVar(&o.verbose, "v", false, "show the gateway's log")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if o.devices < 0 || o.window < time.Second || o.interval <= 0 {
-		return usageError{fmt.Errorf("demo: need --devices >= 0, --window >= 1s, --interval > 0")}
+	if o.devices < 0 || o.window < time.Second || o.interval <= 0 || o.malformed < 0 || o.malformed > 1 {
+		return usageError{fmt.Errorf("demo: need --devices >= 0, --window >= 1s, --interval > 0, --malformed from 0 to 1")}
 	}
 	return runDemo(ctx, o, stdout, stderr)
 }
@@ -144,6 +149,11 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	}()
 
 	fleet := firmwaresim.NewFleet(addr, o.devices, "demo", o.interval, 1)
+	if n := len(fleet.Devices); n > 0 && o.malformed > 0 {
+		fleet.Devices[n-1].MalformedProb = o.malformed
+		fmt.Fprintf(stdout, "  %s sends a malformed payload now and then (--malformed %g): each is a dead letter, on the page and in %s.\n\n",
+			fleet.Devices[n-1].ID, o.malformed, cfg.Kafka.DeadletterTopic)
+	}
 	fleet.OnError = func(dev string, err error) {
 		if ctx.Err() == nil {
 			log.Warn("simulated device", "device", dev, "err", err)
@@ -163,23 +173,22 @@ func runDemo(ctx context.Context, o demoOptions, stdout, stderr io.Writer) error
 	viewCancel()
 	wg.Wait()
 	st := p.status()
-	fmt.Fprintf(stdout, "\nreadings sent %d, aggregated %d, late revisions %d, dead letters %d; summaries emitted %d, delivered to Kafka %d\n",
-		len(fleet.Truth.Sent()), st.MQTT.Outcomes[aggregate.Aggregated.String()], st.MQTT.Outcomes[aggregate.Revised.String()],
-		deadLetters(st), st.MQTT.Summaries, st.Kafka.Delivered)
-	return err
-}
-
-func deadLetters(st status) uint64 {
-	var n uint64
-	for k, v := range st.MQTT.Outcomes {
-		if k != aggregate.Aggregated.String() && k != aggregate.Revised.String() {
-			n += v
+	var readings, bad int
+	for _, s := range fleet.Truth.Sent() {
+		if s.Kind == firmwaresim.KindMalformed {
+			bad++
+		} else {
+			readings++
 		}
 	}
-	for _, v := range st.MQTT.Rejected {
-		n += v
+	var dead uint64
+	for _, n := range st.MQTT.DeadLetters {
+		dead += n
 	}
-	return n
+	fmt.Fprintf(stdout, "\nreadings sent %d, aggregated %d, late revisions %d; malformed payloads sent %d, dead letters %d; summaries emitted %d; records delivered to Kafka %d (summaries and dead letters)\n",
+		readings, st.MQTT.Outcomes[aggregate.Aggregated.String()], st.MQTT.Outcomes[aggregate.Revised.String()],
+		bad, dead, st.MQTT.Summaries, st.Kafka.Delivered)
+	return err
 }
 
 // viewer prints summaries as a read_committed consumer sees them.

@@ -27,7 +27,7 @@ func TestDemo(t *testing.T) {
 	var out, errb bytes.Buffer
 	start := time.Now()
 	err := runDemo(context.Background(), demoOptions{mqtt: "127.0.0.1:0", devices: 4, window: 10 * time.Second,
-		interval: time.Second, duration: 15 * time.Second}, &out, &errb)
+		interval: time.Second, duration: 15 * time.Second, malformed: 0.3}, &out, &errb)
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, errb.String())
 	}
@@ -40,20 +40,22 @@ func TestDemo(t *testing.T) {
 	if len(rows) == 0 {
 		t.Errorf("no summary shown within %v:\n%s", time.Since(start), text)
 	}
-	m := regexp.MustCompile(`readings sent (\d+), aggregated (\d+), late revisions (\d+), dead letters (\d+); summaries emitted (\d+), delivered to Kafka (\d+)`).FindStringSubmatch(text)
+	m := regexp.MustCompile(`readings sent (\d+), aggregated (\d+), late revisions (\d+); malformed payloads sent (\d+), dead letters (\d+); summaries emitted (\d+); records delivered to Kafka (\d+)`).FindStringSubmatch(text)
 	if m == nil {
 		t.Fatalf("no tally:\n%s", text)
 	}
-	n := make([]int, 7)
-	for i := 1; i < 7; i++ {
+	n := make([]int, 8)
+	for i := 1; i < 8; i++ {
 		n[i], _ = strconv.Atoi(m[i])
 	}
-	if n[1] == 0 || n[1] != n[2] || n[3] != 0 || n[4] != 0 || n[5] == 0 || n[5] != n[6] {
+	// Every reading aggregated; every malformed payload (the last device
+	// sends some) one dead letter; every summary and dead letter delivered.
+	if n[1] == 0 || n[1] != n[2] || n[3] != 0 || n[4] == 0 || n[4] != n[5] || n[6] == 0 || n[6]+n[5] != n[7] {
 		t.Errorf("tally does not add up: %s", m[0])
 	}
 	allRows := regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d-\d\d:\d\d:\d\d  demo-00\d`).FindAllString(text, -1)
-	if len(allRows) != n[5] {
-		t.Errorf("%d rows shown, %d summaries delivered", len(allRows), n[5])
+	if len(allRows) != n[6] {
+		t.Errorf("%d rows shown, %d summaries delivered", len(allRows), n[6])
 	}
 }
 
