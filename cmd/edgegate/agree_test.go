@@ -134,7 +134,9 @@ func TestViewsAgree(t *testing.T) {
 		if v, _ := metric("device_late_revisions_total", "device", d.ID); v != float64(d.Revised) {
 			t.Errorf("%s late revisions: /api/status %d, /metrics %v", d.ID, d.Revised, v)
 		}
-		line := fmt.Sprintf("device    %s: %s readings/min, %d readings, %d late revisions, %d too late,", d.ID, f.Text, d.Aggregated+d.Revised, d.Revised, d.TooLate)
+		// The page's cell is f.Text: the same figure, and what it is over.
+		line := fmt.Sprintf("device    %s: %s readings/min (%s), %d readings, %d late revisions, %d too late,", d.ID,
+			strings.Fields(f.Text)[0], strings.TrimSuffix(strings.SplitN(f.Text, "(", 2)[1], ")"), d.Aggregated+d.Revised, d.Revised, d.TooLate)
 		if !strings.Contains(out, line) {
 			t.Errorf("edgegate status lacks %q:\n%s", line, out)
 		}
@@ -146,7 +148,7 @@ func TestViewsAgree(t *testing.T) {
 		if v, _ := metric("deadletters_total", "reason", r); v != float64(n) {
 			t.Errorf("dead letters %s: /api/status %d, /metrics %v", r, n, v)
 		}
-		if !strings.Contains(out, fmt.Sprintf("%s %d", r, n)) {
+		if !strings.Contains(out, fmt.Sprintf(" %s %d", r, n)) {
 			t.Errorf("edgegate status lacks dead letters %s %d:\n%s", r, n, out)
 		}
 	}

@@ -171,7 +171,7 @@ func printDevices(row func(name, format string, args ...any), st status) {
 		dead = append(dead, fmt.Sprintf("%s %d", r, m.DeadLetters[r]))
 	}
 	if len(dead) > 0 {
-		row("dead", "%s", strings.Join(dead, ", "))
+		row("dead", "letters by reason: %s", strings.Join(dead, ", "))
 	}
 	for i, d := range m.DeviceList {
 		if i == maxPrintedDevices {
@@ -179,8 +179,11 @@ func printDevices(row func(name, format string, args ...any), st status) {
 			break
 		}
 		perMin := "no readings a minute yet"
-		if f, ok := st.Figures.Devices[d.ID]; ok {
-			perMin = f.Text + " readings/min"
+		if f, ok := st.Figures.Devices[d.ID]; ok && f.ReadingsPerMin != nil {
+			perMin = fmt.Sprintf("%.1f readings/min", *f.ReadingsPerMin)
+			if over := time.Duration(f.OverSeconds * float64(time.Second)); overText(over) != "last minute" {
+				perMin += " (" + overText(over) + ")"
+			}
 		}
 		row("device", "%s: %s, %d readings, %d late revisions, %d too late, %d open windows, last seen %s ago",
 			d.ID, perMin, d.Aggregated+d.Revised, d.Revised, d.TooLate, d.OpenWindows, fmtAge(st.Now.Sub(d.LastSeen)))
