@@ -53,7 +53,10 @@ type drainFigure struct {
 	// down, or nothing was delivered for a minute while records waited).
 	State      string   `json:"state"`
 	ETASeconds *float64 `json:"eta_seconds,omitempty"`
-	Text       string   `json:"text"`
+	// ETA is the ETA in short ("2 min"), or the state when not draining;
+	// Text says it in full.
+	ETA  string `json:"eta"`
+	Text string `json:"text"`
 }
 
 // deviceFigure is one device's rate.
@@ -153,6 +156,15 @@ func drain(k bridge.Stats, r rates) drainFigure {
 	if r.OverSeconds > 0 {
 		rate = fmt.Sprintf(" at %.1f records/s (%s)", r.DeliveredPerS, r.Over)
 	}
+	d := drainOf(k, r, rate)
+	d.ETA = d.State
+	if d.ETASeconds != nil {
+		d.ETA = fmtAge(time.Duration(*d.ETASeconds * float64(time.Second)))
+	}
+	return d
+}
+
+func drainOf(k bridge.Stats, r rates, rate string) drainFigure {
 	switch {
 	case k.Queued == 0:
 		return drainFigure{State: drainEmpty, Text: drainEmpty + rate}

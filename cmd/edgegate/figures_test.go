@@ -110,6 +110,15 @@ func TestDrainStates(t *testing.T) {
 			d := computeFigures(s, h).Drain
 			eta := d.etaMetric()
 			sameETA := eta == c.eta || math.IsNaN(eta) && math.IsNaN(c.eta)
+			// The card's short ETA: 150 s is 2.5 min, written "2 min" as
+			// the text beside it has it (a tie rounds to even).
+			wantShort := c.state
+			if c.state == drainDraining {
+				wantShort = "2 min"
+			}
+			if d.ETA != wantShort {
+				t.Errorf("short ETA %q, want %q", d.ETA, wantShort)
+			}
 			if d.State != c.state || !sameETA || !strings.HasPrefix(d.Text, c.textStart) {
 				t.Errorf("drain %q, ETA metric %v, %q; want %q, %v, %q…", d.State, eta, d.Text, c.state, c.eta, c.textStart)
 			}
