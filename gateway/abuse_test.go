@@ -459,15 +459,17 @@ func TestLimits(t *testing.T) {
 		c.write(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH},
 			Content: &packets.Publish{Topic: "sensors/fast/x", Payload: []byte(strconv.Itoa(i)), Properties: &packets.Properties{}}})
 	}
-	// The ones beyond the burst are held, less those whose token was
-	// refilled while the client was still writing (slow on a loaded
-	// machine).
+	// Those beyond the burst are held, less those whose token was
+	// refilled before the broker read them: how many that is depends on
+	// when the broker's reader got to them, which a loaded machine
+	// delays (the client's writes land in the socket's buffer at once).
+	// So: the rate held (2 s at least), nothing lost, and the held ones
+	// counted, at most those beyond the burst.
 	wrote := time.Since(start)
-	wantHeld := 400 - int(200*wrote.Seconds()) - 10
 	st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] >= 600 })
-	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || int(st.Throttled) < wantHeld {
-		t.Errorf("600 publications at 200/s (written in %v): took %v, aggregated %d, throttled %d; want ≥ 2s, 600, ≥ %d",
-			wrote, took, st.Outcomes["aggregated"], st.Throttled, wantHeld)
+	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || st.Throttled == 0 || st.Throttled > 400 {
+		t.Errorf("600 publications at 200/s (written in %v): took %v, aggregated %d, throttled %d; want ≥ 2s, 600, 1 to 400",
+			wrote, took, st.Outcomes["aggregated"], st.Throttled)
 	}
 
 	// Maximum clients: two more connect (three in all), the next is
