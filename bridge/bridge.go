@@ -141,10 +141,11 @@ const (
 	// LinkConnecting: nothing is known yet (the first check or connection
 	// since start has not answered).
 	LinkConnecting LinkState = "connecting"
-	// LinkUp: a producer is connected and delivers.
+	// LinkUp: the latest batch was delivered (a connection alone does
+	// not make the link up), and nothing failed since.
 	LinkUp LinkState = "up"
-	// LinkIdle: nothing has needed sending since start, and the latest
-	// check (Options.Probe, every ProbeInterval) found Kafka usable.
+	// LinkIdle: nothing waits to be sent, and the latest check
+	// (Options.Probe) found Kafka usable.
 	LinkIdle LinkState = "idle"
 	// LinkDown: the latest check, connection or send failed
 	// (Stats.LinkError says why, Stats.LinkSince since when).
@@ -199,12 +200,14 @@ type Options struct {
 	MinBackoff       time.Duration // first reconnect delay; default 100ms
 	MaxBackoff       time.Duration // reconnect delay cap; default 2s
 	Grace            time.Duration // at shutdown, time allowed to deliver what is queued; default 5s
-	// Probe checks the link while no producer is connected: at start, so
-	// that a broker that is down, a wrong password or a missing topic is
-	// known before the first window closes, and then every ProbeInterval
-	// (default 30s) while nothing needs sending. Each probe is bounded by
-	// ProbeTimeout (default 20s). Nil: a connection made and closed
-	// (Connector without TakeOver) is the probe.
+	// Probe checks the link: at start, so that a broker that is down, a
+	// wrong password or a missing topic is known before the first window
+	// closes, and then every ProbeInterval (default 30s) while nothing
+	// waits to be sent and the link is not up (up: when no batch was
+	// delivered for 4 intervals). Each probe is bounded by ProbeTimeout
+	// (default 20s) and must return soon after its context ends. Nil: a
+	// connection made and closed (Connector without TakeOver) is the
+	// probe.
 	Probe         Prober
 	ProbeInterval time.Duration
 	ProbeTimeout  time.Duration
@@ -235,7 +238,8 @@ type Stats struct {
 	LinkSince time.Time
 	LinkUp    bool
 	// LinkChecked is when the link was last found usable or not (a probe,
-	// a connection or a send); zero before the first answer.
+	// a batch delivered, a connection or send that failed); zero before
+	// the first answer.
 	LinkChecked time.Time
 	Connects    uint64 // successful connections
 	SendErrors  uint64
@@ -625,22 +629,25 @@ func (f *Forwarder) Stats() Stats {
 	return s
 }
 
-// setLink records an answer of the delivery loop: a connection made
-// (err nil, up) or a connection or send that failed (err set). A producer
-// closed for another reason (a refused record, shutdown) passes up false
-// and no error: the state stays until the next answer.
-func (f *Forwarder) setLink(up bool, err error) {
+// connected counts a connection the delivery loop made. It does not make
+// the link up: a producer that connects and then fails every send (a
+// partition without enough replicas, say) delivers nothing.
+func (f *Forwarder) connected() {
+	f.mu.Lock()
+	f.stats.Connects++
+	f.mu.Unlock()
+}
+
+// setLink records an answer of the delivery loop: a batch delivered (err
+// nil: up), or a connection or send that failed (err set: down).
+func (f *Forwarder) setLink(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	switch {
-	case up:
-		f.stats.Connects++
+	if err == nil {
 		f.moveLink(LinkUp, "", now)
-	case err != nil:
+	} else {
 		f.moveLink(LinkDown, err.Error(), now)
-	default:
-		return
 	}
 	f.attempts++
 	f.stats.LinkChecked = now
@@ -655,9 +662,19 @@ func (f *Forwarder) moveLink(to LinkState, why string, now time.Time) {
 	f.stats.Link, f.stats.LinkUp, f.stats.LinkError = to, to == LinkUp, why
 }
 
-// probeLoop checks the link at start and then every ProbeInterval while
-// no producer is connected, until ctx ends. It logs the first outcome,
-// and every change after it.
+// upProbes is how many ProbeIntervals an up link may go without a batch
+// delivered before it is probed: a gateway whose windows close every
+// minute delivers more often than that and is never probed, a quiet one
+// is, so that a link that broke while nothing was sent shows down.
+const upProbes = 4
+
+// probeLoop checks the link at start, then every ProbeInterval while the
+// queue is empty and the link not up, or up with no batch delivered for
+// upProbes intervals, until ctx ends. While records wait, the delivery
+// loop's own connections and sends are the check. It logs the first
+// outcome, and every change after it.
+//
+// The probe must return soon after its context ends: Run waits for it.
 func (f *Forwarder) probeLoop(ctx context.Context) {
 	probe := f.opts.Probe
 	if probe == nil {
@@ -667,7 +684,7 @@ func (f *Forwarder) probeLoop(ctx context.Context) {
 				return "", err
 			}
 			p.Close()
-			return "kafka reachable", nil
+			return "reachable", nil
 		}
 	}
 	first := true
@@ -679,14 +696,15 @@ func (f *Forwarder) probeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// The delivery loop's own connections check the link while it has
-		// records to send; a probe then adds nothing but load.
 		qs := f.q.Stats()
 		f.mu.Lock()
-		skip := f.stats.Link == LinkUp || (!first && qs.Next > f.position)
+		due := qs.Next <= f.position
+		if f.stats.Link == LinkUp {
+			due = due && time.Since(f.stats.LinkChecked) >= upProbes*f.opts.ProbeInterval
+		}
 		seen := f.attempts
 		f.mu.Unlock()
-		if !skip {
+		if first || due {
 			pctx, cancel := context.WithTimeout(ctx, f.opts.ProbeTimeout)
 			line, err := probe(pctx)
 			cancel()
@@ -702,28 +720,30 @@ func (f *Forwarder) probeLoop(ctx context.Context) {
 
 // noteProbe records a probe's outcome, unless the delivery loop has had
 // an answer from Kafka since the probe began (seen): that one is newer.
+// A good probe makes a link that is not up idle when nothing waits; an up
+// link stays up.
 func (f *Forwarder) noteProbe(line string, err error, seen uint64, first bool) {
 	qs := f.q.Stats()
 	f.mu.Lock()
-	was := f.stats.Link
+	was, wasErr := f.stats.Link, f.stats.LinkError
 	if err != nil {
 		line = err.Error()
 	}
 	f.stats.Probe = line
-	if f.attempts == seen && f.stats.Link != LinkUp {
+	if f.attempts == seen {
 		now := time.Now()
 		f.stats.LinkChecked = now
 		switch {
 		case err != nil:
 			f.moveLink(LinkDown, "probe: "+err.Error(), now)
-		case qs.Next <= f.position: // nothing to send: idle, not up
+		case f.stats.Link != LinkUp && qs.Next <= f.position:
 			f.moveLink(LinkIdle, "", now)
 		}
 	}
-	now := f.stats.Link
+	now, nowErr := f.stats.Link, f.stats.LinkError
 	f.mu.Unlock()
 	switch {
-	case err != nil && (first || was != now):
+	case err != nil && (first || was != now || wasErr != nowErr):
 		f.log.Warn("kafka probe failed; readings are still taken and queued", "err", err)
 	case err == nil && (first || was != now):
 		f.log.Info("kafka probe: " + line)
@@ -752,7 +772,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			p.Close()
 		}
 		f.mu.Lock()
-		f.stats.LinkUp = false
+		if f.stats.Link != LinkDown { // a fatal error says why it is down
+			f.moveLink(LinkDown, "delivery stopped: the gateway is shutting down", time.Now())
+		}
 		f.mu.Unlock()
 	}()
 	backoff := f.opts.MinBackoff
@@ -875,8 +897,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 					f.stats.KafkaWarnings = w.Warnings()
 				}
 				f.mu.Unlock()
-				f.setLink(true, nil)
-				f.log.Info("kafka link up")
+				f.connected()
+				f.log.Info("kafka connected")
 				if found {
 					if skip, err := f.reconcile(kp, seqs[0]); err != nil {
 						return nil, err
@@ -943,6 +965,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				}
 			}
 			f.owned = true // Kafka's position is this queue's now
+			f.setLink(nil)
 			if err := advance(k, k, false); err != nil {
 				return nil, err
 			}
@@ -962,13 +985,15 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		linkErr, fatal := deliver(ctx)
 		if fatal != nil {
-			f.setLink(false, fatal)
+			if !errors.Is(fatal, ErrQueueFailed) { // the disk failed, not the link
+				f.setLink(fatal)
+			}
 			// The queue stays open: the gateway's shutdown still queues
 			// the summaries of its open windows and syncs them.
 			return fatal
 		}
 		if linkErr != nil && ctx.Err() == nil {
-			f.setLink(false, linkErr)
+			f.setLink(linkErr)
 			f.log.Warn("kafka link down; queueing", "err", linkErr, "queued", f.Stats().Queued)
 			wait(ctx, nextBackoff())
 			continue

@@ -146,3 +146,65 @@ func TestOldestAgeAfterQuiet(t *testing.T) {
 	}
 	link.Restore()
 }
+
+// failingProducer connects, and fails every send after a moment, as a
+// partition without enough in-sync replicas does.
+type failingProducer struct{}
+
+func (failingProducer) Committed(context.Context) (bridge.Position, bool, error) {
+	return bridge.Position{}, false, nil
+}
+func (failingProducer) TakeOver(context.Context) error { return nil }
+func (failingProducer) Send(ctx context.Context, _ []bridge.Record, _ bridge.Position) error {
+	time.Sleep(20 * time.Millisecond)
+	return errors.New("NOT_ENOUGH_REPLICAS")
+}
+func (failingProducer) Close() error { return nil }
+
+// TestLinkNotUpWhenSendsFail: a producer that connects but never delivers
+// leaves the link down, in one spell, however often it connects again
+// (the old forwarder said up at each connection, and down since a moment
+// ago after each failed send).
+func TestLinkNotUpWhenSendsFail(t *testing.T) {
+	connect := func(context.Context) (bridge.Producer, error) { return failingProducer{}, nil }
+	f, err := bridge.NewForwarder(bridge.Options{Gateway: "gw-1", SummariesTopic: summaries, DeadletterTopic: dead, Dir: t.TempDir(),
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}, connect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, f)
+	defer stop()
+	f.Summary(summary("d", 0), bridge.Mark{})
+	st := waitLink(t, f, bridge.LinkDown, 10*time.Second)
+	since := st.LinkSince
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		st := f.Stats()
+		if st.Link != bridge.LinkDown || !st.LinkSince.Equal(since) {
+			t.Fatalf("sends that all fail: link %q since %v (%q); want down since %v throughout", st.Link, st.LinkSince, st.LinkError, since)
+		}
+	}
+	if st := f.Stats(); st.Connects < 3 || st.Delivered != 0 || !strings.Contains(st.LinkError, "NOT_ENOUGH_REPLICAS") {
+		t.Errorf("%d connects, %d delivered, error %q; want several connects, none delivered, the send's error", st.Connects, st.Delivered, st.LinkError)
+	}
+}
+
+// TestLinkDownWhenQuietLinkBreaks: a link that breaks after the last
+// delivery, on a gateway with nothing more to send, shows down (the old
+// forwarder never probed an up link: it said up for good).
+func TestLinkDownWhenQuietLinkBreaks(t *testing.T) {
+	link, _, addrs := kafkatest.StartWithLink(t, 1, summaries, dead, offsetsTopic)
+	f := txnForwarder(t, t.TempDir(), addrs, bridge.Options{ProbeInterval: 100 * time.Millisecond})
+	stop := run(t, f)
+	defer stop()
+	f.Summary(summary("d", 0), bridge.Mark{})
+	waitLink(t, f, bridge.LinkUp, 10*time.Second)
+	kafkatest.Consume(t, addrs, summaries, 1, 10*time.Second)
+	link.Cut()
+	cut := time.Now()
+	st := waitLink(t, f, bridge.LinkDown, 15*time.Second)
+	if !strings.HasPrefix(st.LinkError, "probe: ") || st.LinkSince.Before(cut) || st.Queued != 0 {
+		t.Errorf("down: %+v", st)
+	}
+	link.Restore()
+	waitLink(t, f, bridge.LinkIdle, 15*time.Second)
+}

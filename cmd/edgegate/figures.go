@@ -102,7 +102,7 @@ func computeFigures(st status, h *history) figures {
 	case bridge.LinkDown:
 		f.Link.Text = fmt.Sprintf("down: %s (since %s, %s ago)", k.LinkError, k.LinkSince.UTC().Format(time.TimeOnly+" MST"), fmtAge(now.Sub(k.LinkSince)))
 	case bridge.LinkIdle:
-		f.Link.Text = fmt.Sprintf("idle: reachable, nothing to send yet (checked %s ago)", fmtAge(now.Sub(k.LinkChecked)))
+		f.Link.Text = fmt.Sprintf("idle: reachable, nothing to send (checked %s ago)", fmtAge(now.Sub(k.LinkChecked)))
 	case bridge.LinkConnecting:
 		f.Link.Text = fmt.Sprintf("connecting (for %s)", fmtAge(now.Sub(k.LinkSince)))
 	default:

@@ -428,7 +428,7 @@ func cardCases() []cardCase {
 		name:   "idle-empty",
 		kafka:  bridge.Stats{Link: bridge.LinkIdle, LinkSince: now.Add(-time.Minute), LinkChecked: now.Add(-5 * time.Second)},
 		before: time.Minute,
-		link:   "idle", linkClass: "neutral", linkTo: "idle: reachable, nothing to send yet (checked 5 s ago)",
+		link:   "idle", linkClass: "neutral", linkTo: "idle: reachable, nothing to send (checked 5 s ago)",
 		eta: "empty", etaClass: "ok", etaInfo: "empty at 0.0 records/s (last minute)",
 	}, {
 		name: "down-not-draining",
