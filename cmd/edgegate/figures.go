@@ -94,7 +94,7 @@ func fmtAge(d time.Duration) string {
 // computeFigures works the figures out from st (taken at st.Now), the
 // history and when the gateway started.
 func computeFigures(st status, h *history) figures {
-	now := st.Now
+	now := st.clock()
 	k := st.Kafka
 	f := figures{Devices: map[string]deviceFigure{}}
 	f.Link = linkFigure{State: k.Link, Since: k.LinkSince, Error: k.LinkError, Checked: k.LinkChecked}

@@ -150,11 +150,12 @@ func TestHistoryView(t *testing.T) {
 	if len(v.Minutes) != 5 || !v.Minutes[4].Equal(at0.Add(2*time.Minute)) {
 		t.Fatalf("minutes %v", v.Minutes)
 	}
-	// invalid_json: samples at 10:01:00..10:01:50 count 1..6; 10:02:00 counts 7.
-	// Minute 10:01: 6 - 0 (the count before 10:01:00 is that of 10:00:50: 0);
-	// 10:02: 7 - 6.
-	if got := v.DeadLetters["invalid_json"]; len(got) != 5 || got[3] != 6 || got[4] != 1 || got[2] != 0 {
-		t.Errorf("dead letters by minute %v", got)
+	// invalid_json: the samples at 10:01:00..10:01:50 count 1..6, at
+	// 10:02:00 7. A sample counts what came before it: the one at
+	// 10:01:00 came in 10:00 (1), those up to 10:02:00 in 10:01 (7-1),
+	// none yet in 10:02.
+	if got := v.DeadLetters["invalid_json"]; len(got) != 5 || got[2] != 1 || got[3] != 6 || got[4] != 0 {
+		t.Errorf("dead letters by minute %v, want [0 0 1 6 0]", got)
 	}
 	// Whole minutes covered: 10:01 only (10:00 began before the first
 	// sample, 10:02 is not over): dev-a's 20 readings a step, 6 steps.
@@ -179,5 +180,34 @@ func TestHistoryBounded(t *testing.T) {
 	}
 	if !h.samples[0].at.Equal(at0.Add(50 * historyStep)) {
 		t.Errorf("oldest sample at %v", h.samples[0].at)
+	}
+}
+
+// TestFiguresOnTheMonotonicClock: the figures take time by the monotonic
+// clock, so a step of the wall clock (NTP's first answer on a gateway
+// without a real-time clock) leaves the rates right; and a history whose
+// samples carry wall times alone (one 90 days before the rest) still
+// spans an hour at most.
+func TestFiguresOnTheMonotonicClock(t *testing.T) {
+	h := newHistory()
+	began := time.Now()
+	st := fakeStatus(at0, map[string]uint64{"dev-a": 0})
+	st.mono = began.Add(-30 * time.Second) // 30 s ago on the monotonic clock
+	h.add(st)
+	st = fakeStatus(at0.Add(90*24*time.Hour), map[string]uint64{"dev-a": 45}) // the wall clock stepped 90 days
+	st.mono = began
+	f := computeFigures(st, h)
+	if d := f.Devices["dev-a"]; d.ReadingsPerMin == nil || math.Abs(*d.ReadingsPerMin-90) > 1e-6 || math.Abs(d.OverSeconds-30) > 1e-6 {
+		t.Errorf("after a 90-day step: %+v; want 90 readings/min over 30 s", d)
+	}
+
+	h = newHistory()
+	h.add(fakeStatus(at0.Add(-90*24*time.Hour), nil))
+	for i := range 6 {
+		h.add(fakeStatus(at0.Add(time.Duration(i)*historyStep), nil))
+	}
+	v := h.view(at0.Add(time.Minute))
+	if len(v.Minutes) > 61 {
+		t.Errorf("%d minutes in the view; want an hour's at most", len(v.Minutes))
 	}
 }

@@ -11,8 +11,8 @@ import (
 // historyStep: the status page's charts draw it (/api/history), and the
 // figures every view shows (readings a minute, the drain ETA; see
 // figures) are taken against it. It holds historyLen samples of a few
-// counters, the dead letters by reason and the readings of the first
-// maxDeviceMetrics devices: about 300 KB at most.
+// counters, the dead letters by reason (at most maxDeadReasons) and the
+// readings of the first maxDeviceMetrics devices: under 500 KB.
 const (
 	historyStep = 10 * time.Second
 	historyLen  = 361 // an hour of steps, and the sample that begins it
@@ -26,8 +26,8 @@ const (
 // snap is the counters at one moment; dead and devices are indexed by
 // history.reasons and history.devices.
 type snap struct {
-	at        time.Time
-	readings  uint64 // readings taken, whatever their outcome
+	at        time.Time // status.clock(): with the monotonic clock's reading
+	readings  uint64    // readings taken, whatever their outcome
 	summaries uint64
 	delivered uint64
 	queued    uint64
@@ -59,11 +59,11 @@ func readingsTaken(st status) uint64 {
 	return n
 }
 
-// add records st, taken at st.Now.
+// add records st, taken at st.clock().
 func (h *history) add(st status) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := snap{at: st.Now, readings: readingsTaken(st), summaries: st.MQTT.Summaries,
+	s := snap{at: st.clock(), readings: readingsTaken(st), summaries: st.MQTT.Summaries,
 		delivered: st.Kafka.Delivered, queued: st.Kafka.Queued, oldest: st.Kafka.OldestAge}
 	for _, r := range slices.Sorted(maps.Keys(st.MQTT.DeadLetters)) {
 		if _, ok := h.reasonIdx[r]; !ok {
@@ -157,18 +157,21 @@ type historyView struct {
 // minute old still draws the minute before this one.
 const minDeadMinutes = 5
 
-// view returns the charts' data as of now.
+// view returns the charts' data as of now (time.Now(): its monotonic
+// reading places the samples on today's wall clock, however it stepped
+// since they were taken).
 func (h *history) view(now time.Time) historyView {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	v := historyView{StepSeconds: historyStep.Seconds(), DeadLetters: map[string][]uint64{}, Devices: map[string][]uint64{}}
+	wall := func(t time.Time) time.Time { return now.UTC().Add(-now.Sub(t)) }
 	for i := 1; i < len(h.samples); i++ {
 		a, b := h.samples[i-1], h.samples[i]
 		dt := b.at.Sub(a.at).Seconds()
 		if dt <= 0 {
 			continue
 		}
-		v.Points = append(v.Points, histPoint{At: b.at, StepSeconds: dt,
+		v.Points = append(v.Points, histPoint{At: wall(b.at), StepSeconds: dt,
 			ReadingsPerS:   float64(b.readings-a.readings) / dt,
 			SummariesPerS:  float64(b.summaries-a.summaries) / dt,
 			DeliveredPerS:  float64(b.delivered-a.delivered) / dt,
@@ -179,24 +182,27 @@ func (h *history) view(now time.Time) historyView {
 	if len(h.samples) == 0 {
 		return v
 	}
-	v.Latest = h.samples[len(h.samples)-1].at
-	cur := now.Truncate(time.Minute)
-	first := h.samples[0].at.Truncate(time.Minute)
+	v.Latest = wall(h.samples[len(h.samples)-1].at)
+	cur := now.UTC().Truncate(time.Minute)
+	first := wall(h.samples[0].at).Truncate(time.Minute)
 	if least := cur.Add(-(minDeadMinutes - 1) * time.Minute); least.Before(first) {
 		first = least
+	}
+	if most := cur.Add(-time.Hour); first.Before(most) { // an hour's samples span an hour
+		first = most
 	}
 	for m := first; !m.After(cur); m = m.Add(time.Minute) {
 		v.Minutes = append(v.Minutes, m)
 	}
 	// cumAt is the sample that counts up to a minute's start: the newest
-	// before it; found is false when there is none (the first sample then
-	// stands for all before it: what a replay counted at start is not
-	// this minute's).
+	// at or before it; found is false when there is none (the first
+	// sample then stands for all before it: what a replay counted at
+	// start is not this minute's).
 	cumAt := func(t time.Time) (snap, bool) {
 		c := h.samples[0]
 		found := false
 		for _, s := range h.samples {
-			if !s.at.Before(t) {
+			if wall(s.at).After(t) {
 				break
 			}
 			c, found = s, true
@@ -227,7 +233,7 @@ func (h *history) view(now time.Time) historyView {
 	// before the first sample (the gateway was not running), nor the
 	// current one.
 	for _, m := range v.Minutes {
-		if !m.Before(h.samples[0].at) && !m.Add(time.Minute).After(last.at) {
+		if !m.Before(wall(h.samples[0].at)) && !m.Add(time.Minute).After(wall(last.at)) {
 			v.DeviceMinutes = append(v.DeviceMinutes, m)
 		}
 	}

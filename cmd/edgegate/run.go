@@ -299,12 +299,26 @@ type status struct {
 	Kafka   bridge.Stats  `json:"kafka"`
 	Now     time.Time     `json:"now"`
 	Figures figures       `json:"figures"`
+	// mono is Now with the monotonic clock's reading (Now, in UTC, has
+	// none): the figures and the history take time differences by it, so
+	// that a step of the wall clock (NTP's first answer on a Pi without
+	// a real-time clock) does not bend them.
+	mono time.Time
+}
+
+// clock is when st was taken, on the monotonic clock where it was read.
+func (st status) clock() time.Time {
+	if st.mono.IsZero() {
+		return st.Now
+	}
+	return st.mono
 }
 
 // counters takes the gateway's and the forwarder's counters, without the
 // figures.
 func (p *pipeline) counters() status {
-	return status{Gateway: p.cfg.Gateway.ID, Version: version, Started: p.started, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: time.Now().UTC()}
+	now := time.Now()
+	return status{Gateway: p.cfg.Gateway.ID, Version: version, Started: p.started, MQTT: p.gw.Stats(), Kafka: p.fwd.Stats(), Now: now.UTC(), mono: now}
 }
 
 // status takes a snapshot and works out its figures.
@@ -359,7 +373,7 @@ func (p *pipeline) handler() http.Handler {
 		writeJSON(w, http.StatusOK, p.status())
 	})
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, p.hist.view(time.Now().UTC()))
+		writeJSON(w, http.StatusOK, p.hist.view(time.Now()))
 	})
 	mux.Handle("GET /metrics", p.metricsHandler())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {

@@ -159,13 +159,10 @@ func printStatus(w io.Writer, st status) {
 	}
 }
 
-// printDevices prints the devices, as the status page's table has them,
-// up to maxPrintedDevices.
+// printDevices prints the dead letters by reason and the devices, as the
+// status page's table has them, up to maxPrintedDevices.
 func printDevices(row func(name, format string, args ...any), st status) {
 	m := st.MQTT
-	if len(m.DeviceList) == 0 {
-		return
-	}
 	var dead []string
 	for _, r := range slices.Sorted(maps.Keys(m.DeadLetters)) {
 		dead = append(dead, fmt.Sprintf("%s %d", r, m.DeadLetters[r]))
