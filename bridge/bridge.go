@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -735,7 +736,11 @@ func (f *Forwarder) noteProbe(line string, err error, seen uint64, first bool) {
 		f.stats.LinkChecked = now
 		switch {
 		case err != nil:
-			f.moveLink(LinkDown, "probe: "+err.Error(), now)
+			why := err.Error()
+			if !strings.HasPrefix(why, "kafka probe") {
+				why = "probe: " + why
+			}
+			f.moveLink(LinkDown, why, now)
 		case f.stats.Link != LinkUp && qs.Next <= f.position:
 			f.moveLink(LinkIdle, "", now)
 		}

@@ -78,7 +78,7 @@ func TestLinkDownAtStart(t *testing.T) {
 	stop := run(t, f)
 	defer stop()
 	st := waitLink(t, f, bridge.LinkDown, 15*time.Second)
-	if !strings.Contains(st.LinkError, "probe") || !strings.Contains(st.Probe, addr) && !strings.Contains(st.LinkError, "reachable") {
+	if !strings.HasPrefix(st.LinkError, "probe: ") || !strings.Contains(st.LinkError, addr) || st.Probe == "" {
 		t.Errorf("down at start: error %q, probe %q", st.LinkError, st.Probe)
 	}
 	if st.Queued != 0 || st.Connects != 0 {
