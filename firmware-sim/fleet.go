@@ -293,7 +293,8 @@ type Fleet struct {
 	Seed        uint64
 	// StormEvery, if set, drops every device's connection at once this
 	// often (from the start), and they all reconnect at once: a reconnect
-	// storm, as after a gateway reboot or a Wi-Fi outage.
+	// storm, as after a gateway reboot or a Wi-Fi outage. Storm starts one
+	// at a chosen moment instead.
 	StormEvery time.Duration
 	// OnError, if set, receives connection and publish errors; the device
 	// reconnects after a pause.
@@ -308,7 +309,7 @@ type Fleet struct {
 	ackLatency                                      [latencyBuckets + 1]atomic.Uint64 // 100 µs buckets; the last is ≥ 100 ms
 
 	stormMu sync.Mutex
-	storm   chan struct{} // closed at each storm, then replaced
+	storm   chan struct{} // closed at each storm, then replaced; nil when not running
 	storms  atomic.Uint64
 }
 
@@ -382,11 +383,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 				case <-ctx.Done():
 					return
 				case <-tick.C:
-					f.stormMu.Lock()
-					close(f.storm)
-					f.storm = make(chan struct{})
-					f.stormMu.Unlock()
-					f.storms.Add(1)
+					f.Storm()
 				}
 			}
 		}()
@@ -411,7 +408,27 @@ func (f *Fleet) Run(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	f.stormMu.Lock()
+	f.storm = nil
+	f.stormMu.Unlock()
 	return nil
+}
+
+// Storm drops every device's connection at once, now, as StormEvery does
+// on its schedule: each device that is connected disconnects and
+// reconnects, and Stats counts the storm. A device that is connecting
+// meanwhile reconnects once it is through; one busy sending notices when
+// the send is done, and storms that came meanwhile are one to it, as it
+// had one connection to lose. It does nothing unless Run is running.
+func (f *Fleet) Storm() {
+	f.stormMu.Lock()
+	defer f.stormMu.Unlock()
+	if f.storm == nil {
+		return
+	}
+	close(f.storm)
+	f.storm = make(chan struct{})
+	f.storms.Add(1) // under the lock: a device that sees the storm sees it counted
 }
 
 func (f *Fleet) stormCh() <-chan struct{} {
@@ -494,6 +511,10 @@ func (dv *device) run(ctx context.Context) {
 		}
 		f.buffered.Add(-uint64(dv.pending() + len(dv.delayed))) // what is left is not sent
 	}()
+	// Taken before the first connection, as before each reconnection, so
+	// that a storm while connecting is not missed; refreshed only once a
+	// storm is seen, so none is missed while sending either.
+	storm := f.stormCh()
 	// Connect at once, as a device does when it boots, then sample at a
 	// random phase so a fleet does not publish in lockstep.
 	dv.online = true
@@ -519,7 +540,6 @@ func (dv *device) run(ctx context.Context) {
 	retry.Stop()
 	defer retry.Stop()
 	retrying := false
-	storm := f.stormCh() // refreshed only once a storm is seen, so none is missed while sending
 	for {
 		if len(dv.delayed) > 0 {
 			release.Reset(max(0, dv.delayed[0].due.Sub(dv.now())))
@@ -636,7 +656,8 @@ func (dv *device) sample() {
 	if dv.sp != nil && d.AliasLossProb > 0 && dv.rng.Float64() < d.AliasLossProb && dv.sp.born {
 		dv.sp.loseAliases()
 	}
-	msgs, sent := Encode(d, dv.clock(dv.now()), dv.rng)
+	at := dv.now()
+	msgs, sent := Encode(d, dv.clock(at), dv.rng)
 	var out []outMsg
 	for i, m := range msgs {
 		om := outMsg{Message: m}
@@ -667,9 +688,10 @@ func (dv *device) sample() {
 	}
 	dv.f.buffered.Add(uint64(len(out)))
 	if d.ReorderWithin > 0 {
-		now := dv.now()
+		// Held back from the moment of the sample: none is released more
+		// than ReorderWithin after it was taken.
 		for _, om := range out {
-			om.due = now.Add(time.Duration(dv.rng.Int64N(int64(d.ReorderWithin) + 1)))
+			om.due = at.Add(time.Duration(dv.rng.Int64N(int64(d.ReorderWithin) + 1)))
 			i := sort.Search(len(dv.delayed), func(i int) bool { return dv.delayed[i].due.After(om.due) })
 			dv.delayed = slices.Insert(dv.delayed, i, om)
 		}
