@@ -194,35 +194,34 @@ func (h *history) view(now time.Time) historyView {
 	for m := first; !m.After(cur); m = m.Add(time.Minute) {
 		v.Minutes = append(v.Minutes, m)
 	}
-	// cumAt is the sample that counts up to a minute's start: the newest
-	// at or before it; found is false when there is none (the first
-	// sample then stands for all before it: what a replay counted at
-	// start is not this minute's).
-	cumAt := func(t time.Time) (snap, bool) {
-		c := h.samples[0]
-		found := false
-		for _, s := range h.samples {
-			if wall(s.at).After(t) {
-				break
-			}
-			c, found = s, true
+	// upTo[i] is the sample that counts up to the start of minute i (i up
+	// to len(Minutes), the end of the last): the newest at or before it.
+	// found[i] is false when there is none (the first sample then stands
+	// for all before it: what a replay counted at start is not this
+	// minute's). One pass over the samples, which are in time order.
+	upTo := make([]*snap, len(v.Minutes)+1)
+	found := make([]bool, len(v.Minutes)+1)
+	j := 0
+	for i := range upTo {
+		end := first.Add(time.Duration(i) * time.Minute)
+		for j < len(h.samples) && !wall(h.samples[j].at).After(end) {
+			j++
 		}
-		return c, found
+		upTo[i], found[i] = &h.samples[max(j-1, 0)], j > 0
 	}
-	last := h.samples[len(h.samples)-1]
+	last := &h.samples[len(h.samples)-1]
 	for ri, r := range h.reasons {
 		counts := make([]uint64, len(v.Minutes))
 		var any bool
-		for mi, m := range v.Minutes {
-			lo, _ := cumAt(m)
-			hi, ok := cumAt(m.Add(time.Minute))
-			if !ok {
+		for mi := range v.Minutes {
+			if !found[mi+1] {
 				continue
 			}
+			hi := upTo[mi+1]
 			if mi == len(v.Minutes)-1 {
 				hi = last
 			}
-			counts[mi] = at(hi.dead, ri) - at(lo.dead, ri)
+			counts[mi] = at(hi.dead, ri) - at(upTo[mi].dead, ri)
 			any = any || counts[mi] > 0
 		}
 		if any {
@@ -232,17 +231,17 @@ func (h *history) view(now time.Time) historyView {
 	// A device's minutes are the whole minutes the samples cover: none
 	// before the first sample (the gateway was not running), nor the
 	// current one.
-	for _, m := range v.Minutes {
+	var devMinutes []int
+	for mi, m := range v.Minutes {
 		if !m.Before(wall(h.samples[0].at)) && !m.Add(time.Minute).After(wall(last.at)) {
 			v.DeviceMinutes = append(v.DeviceMinutes, m)
+			devMinutes = append(devMinutes, mi)
 		}
 	}
 	for di, d := range h.devices {
-		counts := make([]uint64, len(v.DeviceMinutes))
-		for mi, m := range v.DeviceMinutes {
-			lo, _ := cumAt(m)
-			hi, _ := cumAt(m.Add(time.Minute))
-			counts[mi] = at(hi.devices, di) - at(lo.devices, di)
+		counts := make([]uint64, len(devMinutes))
+		for k, mi := range devMinutes {
+			counts[k] = at(upTo[mi+1].devices, di) - at(upTo[mi].devices, di)
 		}
 		v.Devices[d] = counts
 	}
