@@ -326,7 +326,7 @@ func TestFencing(t *testing.T) {
 	if err := stop2(); err != nil {
 		t.Errorf("second forwarder: %v", err)
 	}
-	msgs := kafkatest.Consume(t, addrs, summaries, 2, 5*time.Second)
+	msgs := kafkatest.Consume(t, addrs, summaries, 2, 20*time.Second)
 	if got := minutesOf(t, msgs); fmt.Sprint(got) != "[0 1]" {
 		t.Errorf("committed summaries %v; the fenced gateway's must not appear", got)
 	}
@@ -437,6 +437,7 @@ func TestOutageExactlyOnce(t *testing.T) {
 // TestOldestAge: with Kafka unreachable, the age of the oldest undelivered
 // record grows with the wall clock; an empty queue has none.
 func TestOldestAge(t *testing.T) {
+	opened := time.Now()
 	f := newForwarder(t, bridge.Options{Dir: t.TempDir(), Grace: time.Millisecond}, []string{kafkatest.Addr(kafkatest.FreePort(t))})
 	if age := f.Stats().OldestAge; age != 0 {
 		t.Errorf("empty queue: oldest age %v", age)
@@ -444,8 +445,10 @@ func TestOldestAge(t *testing.T) {
 	f.Summary(summary("d", 0), bridge.Mark{})
 	time.Sleep(1100 * time.Millisecond)
 	f.Summary(summary("d", 1), bridge.Mark{})
-	if st := f.Stats(); st.Queued != 2 || st.OldestAge < time.Second || st.OldestAge > 3*time.Second {
-		t.Errorf("queued %d, oldest age %v; want 2 and about 1s", st.Queued, st.OldestAge)
+	// At least the 1.1 s slept, at most the time since the forwarder was
+	// opened (about as much, unless a loaded machine was slow meanwhile).
+	if st, most := f.Stats(), time.Since(opened); st.Queued != 2 || st.OldestAge < time.Second || st.OldestAge > most {
+		t.Errorf("queued %d, oldest age %v; want 2 and about 1s (%v at most)", st.Queued, st.OldestAge, most.Round(time.Millisecond))
 	}
 	stop := run(t, f)
 	if err := stop(); err != nil {

@@ -131,7 +131,7 @@ func TestPositionReadTimesOut(t *testing.T) {
 	})
 	f, err := bridge.NewForwarder(bridge.Options{Gateway: "gw-1", SummariesTopic: summaries, DeadletterTopic: dead, Dir: dir,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-		kafka.NewConnector(kafka.Options{Brokers: addrs, ClientID: "test", StallTimeout: time.Second,
+		kafka.NewConnector(kafka.Options{Brokers: addrs, ClientID: "test", StallTimeout: 3 * time.Second, // well over a loaded machine's answers
 			TransactionalID: "edgegate-gw-1", OffsetsTopic: offsetsTopic, PositionKey: "gw-1"}))
 	if err != nil {
 		t.Fatal(err)

@@ -138,7 +138,9 @@ func TestSlowUplinkDrains(t *testing.T) {
 	start := time.Now()
 	wire0 := link.wire.Load()
 	stop := run(t, f)
-	deadline := start.Add(45 * time.Second)
+	// About 25 s at the link's rate; the deadline is for a drain that
+	// stopped, not a slow one.
+	deadline := start.Add(3 * time.Minute)
 	for f.Stats().Queued > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -212,9 +214,14 @@ func TestBatchesGrowOnAFastLink(t *testing.T) {
 	st := f.Stats()
 	// 3,000 summaries of about 480 bytes (Record.Size) are 1.4 MB: 16, 32,
 	// 64, 128 KiB, then 256 KiB batches, and the tail of each 256 KiB read
-	// from the queue: about 12 batches (88 if the budget never grew).
+	// from the queue: 12 to 14 batches (96 if the budget never grew, 29 if
+	// it stopped at 64 KiB). A batch that takes longer than fastSend (1 s)
+	// does not double the next, which costs a batch more: a loaded machine
+	// makes a few that slow, so the count is bounded well below a budget
+	// that stopped growing, not at the usual count; that the budget
+	// reached the cap, and stayed, is checked on the budget itself.
 	t.Logf("%d summaries in %d batches; budget now %d bytes", n, st.Batches, st.BatchBytes)
-	if st.Delivered != n || st.BatchBytes != capBytes || st.Batches < 8 || st.Batches > 14 {
-		t.Errorf("delivered %d in %d batches, budget %d; want %d in 8 to 14 batches, budget %d", st.Delivered, st.Batches, st.BatchBytes, n, capBytes)
+	if st.Delivered != n || st.BatchBytes != capBytes || st.Batches < 8 || st.Batches > 20 {
+		t.Errorf("delivered %d in %d batches, budget %d; want %d in 8 to 20 batches, budget %d", st.Delivered, st.Batches, st.BatchBytes, n, capBytes)
 	}
 }

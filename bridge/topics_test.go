@@ -27,7 +27,7 @@ func TestOffsetsTopicNotCompacted(t *testing.T) {
 	stop := run(t, f)
 	defer stop()
 	f.Summary(summary("d", 0), bridge.Mark{})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // for a forwarder that never finds it, not a slow one
 	for !strings.Contains(f.Stats().LinkError, "cleanup.policy=delete") && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -37,8 +37,8 @@ func encode(t testing.TB, cp *packets.ControlPacket) (byte, []byte) {
 }
 
 // refused returns the count of refusals for reason once it reaches want
-// (or after 5 s): a connection's end is counted just after its socket
-// closes, so a client may see the close first.
+// (or after patience): a connection's end is counted just after its
+// socket closes, so a client may see the close first.
 func refused(t *testing.T, gw *gateway.Gateway, reason string, want int64) int64 {
 	t.Helper()
 	st := settled(t, gw, func(st gateway.Stats) bool { return st.MQTTRefused[reason] >= want })
@@ -170,7 +170,7 @@ func TestAbuse(t *testing.T) {
 	// the end of the connection.
 	disconnectedWith := func(t *testing.T, c *v5, want byte) {
 		t.Helper()
-		c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.conn.SetReadDeadline(time.Now().Add(patience))
 		cp, err := packets.ReadPacket(c.conn)
 		if err != nil {
 			t.Fatalf("want DISCONNECT %#x, got %v", want, err)
@@ -233,7 +233,7 @@ func TestAbuse(t *testing.T) {
 				// The broker closes the connection, or answers on: a
 				// PINGREQ gets its PINGRESP. It never hangs.
 				c.conn.Write([]byte{0xc0, 0})
-				c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				c.conn.SetReadDeadline(time.Now().Add(patience))
 				for {
 					p, err := packets.ReadPacket(c.conn)
 					if err != nil {
@@ -275,7 +275,7 @@ func TestAbuse(t *testing.T) {
 			cp := &packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH, Flags: 2},
 				Content: &packets.Publish{QoS: 1, PacketID: 1, Topic: topic, Payload: []byte("1"), Properties: &packets.Properties{}}}
 			c.write(cp)
-			c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+			c.conn.SetReadDeadline(time.Now().Add(patience))
 			p, err := packets.ReadPacket(c.conn)
 			if err == nil {
 				if d, ok := p.Content.(*packets.Disconnect); !ok || d.ReasonCode < 0x80 {
@@ -334,8 +334,10 @@ func TestAbuse(t *testing.T) {
 		}
 		wg.Wait()
 		took := time.Since(opened)
-		if late.Load() > 0 || took > 3*time.Second {
-			t.Errorf("%d sockets still open after 5 s; the last closed after %v; want all within 3 s (deadline 1 s)", late.Load(), took)
+		// Closed after the deadline of 1 s: 1.0 to 1.3 s seen on a loaded
+		// machine; 5 s tells it well enough from none, or the default 10 s.
+		if late.Load() > 0 || took > 5*time.Second {
+			t.Errorf("%d sockets still open after %v; the last closed after %v; want all within 5 s (deadline 1 s)", late.Load(), patience, took)
 		}
 		if got := refused(t, gw, "connect_timeout", before+1000) - before; got != 1000 {
 			t.Errorf("connect timeouts counted: %d, want 1000", got)

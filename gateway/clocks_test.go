@@ -24,9 +24,9 @@ func manualStack(t *testing.T, clk *clock.Manual, tweak func(*configs.Config)) *
 func (r *restartable) waitTick() {
 	r.t.Helper()
 	n := r.gw.TicksApplied()
-	for deadline := time.Now().Add(10 * time.Second); r.gw.TicksApplied() == n; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); r.gw.TicksApplied() == n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			r.t.Fatal("no tick applied in 10 s")
+			r.t.Fatalf("no tick applied in %v", patience)
 		}
 	}
 }
@@ -36,7 +36,7 @@ func (r *restartable) waitTick() {
 func (r *restartable) deadLetters(n int) string {
 	r.t.Helper()
 	var out []string
-	for _, m := range kafkatest.Consume(r.t, r.brokers, deadTopic, n, 15*time.Second) {
+	for _, m := range kafkatest.Consume(r.t, r.brokers, deadTopic, n, time.Minute) {
 		var d struct{ Device, Reason string }
 		if err := json.Unmarshal(m.Value, &d); err != nil {
 			r.t.Fatalf("dead letter %s: %v", m.Value, err)
@@ -70,7 +70,7 @@ func TestUnsynchronizedBackwardStep(t *testing.T) {
 	r.publish("dev-s", "sensors/dev-s/t", vt(7, t0.Add(16*time.Second)))
 	clk.Advance(91 * time.Second)
 	// dev-s's window closes by idle_close while the gateway runs.
-	got := r.summaries(3, 15*time.Second)
+	got := r.summaries(3, time.Minute)
 	checkWindows(t, got, []sent{{"dev-a", "t", "", t0, 1}, {"dev-a", "t", "", t0.Add(10 * time.Second), 2},
 		{"dev-a", "t", "", t0.Add(15 * time.Second), 3}, {"dev-s", "t", "", t0.Add(16 * time.Second), 7}})
 	if a := got[winKey{"dev-a", "t", t0.Truncate(time.Minute)}]; a.Revision != 1 || a.Late != 1 {
@@ -100,7 +100,7 @@ func TestSynchronizedForwardStepMidWindow(t *testing.T) {
 	r.publish("dev-b", "sensors/dev-b/t", "12") // 15:05:35: revises its window, flushed at the restart
 	r.stop()
 	stepped := t0.Add(5 * time.Hour)
-	got := r.summaries(4, 15*time.Second)
+	got := r.summaries(4, time.Minute)
 	checkWindows(t, got, []sent{{"dev-c", "t", "", t0.Add(time.Second), 1}, {"dev-c", "t", "", t0.Add(20 * time.Second), 2},
 		{"dev-b", "t", "", t0, 10}, {"dev-b", "t", "", stepped, 11}, {"dev-b", "t", "", stepped.Add(5 * time.Second), 12}})
 	if c := got[winKey{"dev-c", "t", t0.Truncate(time.Minute)}]; c.Revision != 0 || c.Late != 0 {
@@ -152,7 +152,7 @@ func TestDeviceClocks(t *testing.T) {
 	}
 	r.stop()
 	want := expected(truth, time.Minute)
-	got := r.summaries(len(want), 15*time.Second)
+	got := r.summaries(len(want), time.Minute)
 	checkWindows(t, got, truth)
 	// esp's windows are stamped by the gateway, every reading replaced;
 	// the others by their devices.
@@ -195,7 +195,7 @@ func TestDeviceClockUnsetWhileUnsynchronized(t *testing.T) {
 			if got := r.deadLetters(2); got != "esp:device_clock_unset esp:device_clock_unset" {
 				t.Errorf("dead letters %s, want two device_clock_unset", got)
 			}
-			checkWindows(t, r.summaries(1, 15*time.Second), []sent{{"dev-s", "t", "", t0, 7}})
+			checkWindows(t, r.summaries(1, time.Minute), []sent{{"dev-s", "t", "", t0, 7}})
 		})
 	}
 }
@@ -226,5 +226,5 @@ func TestClockStatus(t *testing.T) {
 	if got := r.deadLetters(2); got != "dev-f:future dev-f:future" {
 		t.Errorf("dead letters %s, want the two readings an hour ahead of the synchronized clock", got)
 	}
-	checkWindows(t, r.summaries(1, 15*time.Second), []sent{{"dev-f", "t", "", ahead, 1}})
+	checkWindows(t, r.summaries(1, time.Minute), []sent{{"dev-f", "t", "", ahead, 1}})
 }

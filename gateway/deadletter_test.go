@@ -183,13 +183,13 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// waitFor polls cond for up to 10 s.
+// waitFor polls cond for up to patience.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(patience)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatalf("condition not met within %v", patience)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -53,7 +53,7 @@ func TestBootAt1970(t *testing.T) {
 	r.publish("dev-b", "sensors/dev-b/t", "3") // t0+30s, synchronized: not held
 	r.restart()
 	r.stop()
-	got := r.summaries(4, 15*time.Second)
+	got := r.summaries(4, time.Minute)
 	checkWindows(t, got, []sent{{"dev-b", "t", "", t0, 1}, {"dev-b", "t", "", t0.Add(10 * time.Second), 2}, {"dev-b", "rh", "", t0, 40},
 		{"dev-b", "t", "", t0.Add(30 * time.Second), 3}, {"dev-s", "t", "", t0, 7}})
 	checkTimes(t, got, map[string]string{"dev-b/t@2026-11-30T10:05:00Z": "gateway/0/2/0", "dev-b/t@2026-11-30T10:06:00Z": "gateway/0/0/0",
@@ -82,7 +82,7 @@ func TestStaleClockForwardStep(t *testing.T) {
 	r.synchronize(clk, t0.Add(60*time.Second))
 	r.restart()
 	r.stop()
-	got := r.summaries(4, 15*time.Second)
+	got := r.summaries(4, time.Minute)
 	checkWindows(t, got, truth)
 	checkTimes(t, got, map[string]string{"dev-b/t@2026-11-30T10:05:00Z": "gateway/0/3/0", "dev-b/t@2026-11-30T10:06:00Z": "gateway/0/3/0"}, "device/0/0/0")
 }
@@ -106,7 +106,7 @@ func TestNeverSynchronized(t *testing.T) {
 			t.Errorf("hold %+v: want 2 released unverified", st.Hold)
 		}
 		r.stop()
-		got := r.summaries(2, 15*time.Second) // 10:05:30 and 10:06:00, 3 days ago
+		got := r.summaries(2, time.Minute) // 10:05:30 and 10:06:00, 3 days ago
 		checkWindows(t, got, []sent{{"dev-b", "t", "", stale, 1}, {"dev-b", "t", "", stale.Add(30 * time.Second), 2}})
 		checkTimes(t, got, nil, "gateway/0/0/1")
 	})
@@ -136,7 +136,7 @@ func TestNeverSynchronized(t *testing.T) {
 		clk.Advance(5 * time.Second)
 		r.synchronize(clk, t0.Add(5*time.Second))
 		r.stop()
-		got := r.summaries(2, 15*time.Second)
+		got := r.summaries(2, time.Minute)
 		checkWindows(t, got, []sent{{"dev-b", "t", "", stale, 1}, {"dev-b", "t", "", t0, 2}})
 		checkTimes(t, got, map[string]string{"dev-b/t@2026-11-27T10:05:00Z": "gateway/0/0/1", "dev-b/t@2026-11-30T10:05:00Z": "gateway/0/1/0"}, "")
 	})
@@ -170,7 +170,7 @@ func TestSensorsHeldUntilSynchronized(t *testing.T) {
 	st = r.gw.Stats()
 	var total, rebased int64
 	windows := 0
-	for k, s := range r.summaries(int(st.Summaries), 15*time.Second) {
+	for k, s := range r.summaries(int(st.Summaries), time.Minute) {
 		if k.start.Before(t0.Truncate(time.Minute)) {
 			t.Errorf("window %v before the true time", k)
 		}

@@ -61,7 +61,7 @@ func pahoClient(t *testing.T, addr, id string, got chan<- *paho.Publish) *paho.C
 			return true, nil
 		},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if _, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true}); err != nil {
 		conn.Close()
@@ -113,7 +113,7 @@ func TestRequestResponse(t *testing.T) {
 			var req *paho.Publish
 			select {
 			case req = <-toB:
-			case <-time.After(5 * time.Second):
+			case <-time.After(patience):
 				t.Fatal("the responder got no request")
 			}
 			if req.Topic != "app/requests" || string(req.Payload) != "ping" || req.Properties == nil ||
@@ -130,7 +130,7 @@ func TestRequestResponse(t *testing.T) {
 					!bytes.Equal(resp.Properties.CorrelationData, []byte("c-1")) {
 					t.Fatalf("requester got %+v, want the response (its own request is noLocal)", resp)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(patience):
 				t.Fatal("the requester got no response")
 			}
 		})
@@ -168,7 +168,7 @@ func TestDollarTopics(t *testing.T) {
 				if p.Topic != "$app/status" || string(p.Payload) != "up" {
 					t.Errorf("$app/# subscriber got %s=%s", p.Topic, p.Payload)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(patience):
 				t.Error("$app/# subscriber got nothing")
 			}
 			c3 := dial(t, addr)
@@ -186,7 +186,7 @@ func TestDollarTopics(t *testing.T) {
 				if string(p.Payload) != "down" {
 					t.Errorf("$app/# subscriber got %s=%s", p.Topic, p.Payload)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(patience):
 				t.Error("$app/# subscriber got nothing from the 3.1.1 admin")
 			}
 			select {

@@ -63,7 +63,7 @@ func FuzzListener(f *testing.F) {
 		}
 		defer probe.Close()
 		probe.Write(hello)
-		probe.SetReadDeadline(time.Now().Add(5 * time.Second))
+		probe.SetReadDeadline(time.Now().Add(patience))
 		p, err := packets.ReadPacket(probe)
 		if err != nil {
 			t.Fatalf("gateway stopped answering: %v", err)

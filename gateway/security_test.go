@@ -87,7 +87,7 @@ func (c *v5) write(cp *packets.ControlPacket) {
 
 func (c *v5) read() *packets.ControlPacket {
 	c.t.Helper()
-	c.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.conn.SetReadDeadline(time.Now().Add(patience))
 	cp, err := packets.ReadPacket(c.conn)
 	if err != nil {
 		c.t.Fatalf("read: %v", err)
@@ -162,7 +162,7 @@ func v3Publish(pid uint16, topic, payload string) []byte {
 
 // readFrame reads one MQTT frame from conn: its first byte and its body.
 func readFrame(conn net.Conn) ([]byte, error) {
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	conn.SetReadDeadline(time.Now().Add(patience))
 	hdr := make([]byte, 2)
 	if _, err := conn.Read(hdr[:1]); err != nil {
 		return nil, err
@@ -189,10 +189,10 @@ func readFrame(conn net.Conn) ([]byte, error) {
 	return append([]byte{hdr[0]}, body...), nil
 }
 
-// closed reports whether the peer closes conn within 5 s, reading what it
-// sends before.
+// closed reports whether the peer closes conn within patience, reading
+// what it sends before.
 func closed(conn net.Conn) bool {
-	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	conn.SetReadDeadline(time.Now().Add(patience))
 	_, err := io.Copy(io.Discard, conn)
 	return !os.IsTimeout(err)
 }
@@ -524,7 +524,7 @@ func TestWebSocketListener(t *testing.T) {
 	gw, stop := runGateway(t, cfg)
 	defer stop()
 	var ws *websocket.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
 		var err error
 		ws, _, err = (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+gw.WebSocketAddr()+"/", nil)
 		if err == nil {
@@ -542,7 +542,7 @@ func TestWebSocketListener(t *testing.T) {
 		if err := ws.WriteMessage(websocket.BinaryMessage, b.Bytes()); err != nil {
 			t.Fatal(err)
 		}
-		ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+		ws.SetReadDeadline(time.Now().Add(patience))
 		_, msg, err := ws.ReadMessage()
 		if err != nil {
 			t.Fatal(err)
@@ -579,7 +579,7 @@ func TestWebSocketOrigin(t *testing.T) {
 	cfg.MQTT.WebSocket.AllowedOrigins = []string{"https://dash.example.com"}
 	gw, stop := runGateway(t, cfg)
 	defer stop()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
 		c, err := net.Dial("tcp", gw.WebSocketAddr())
 		if err == nil {
 			c.Close()
@@ -616,7 +616,7 @@ func TestWebSocketOrigin(t *testing.T) {
 			(&packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.CONNECT}, Content: &packets.Connect{ProtocolName: "MQTT",
 				ProtocolVersion: 5, ClientID: "ws-" + strings.ReplaceAll(tc.name, " ", "-"), CleanStart: true, KeepAlive: 30, Properties: &packets.Properties{}}}).WriteTo(&b)
 			ws.WriteMessage(websocket.BinaryMessage, b.Bytes())
-			ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+			ws.SetReadDeadline(time.Now().Add(patience))
 			if _, msg, err := ws.ReadMessage(); err != nil || len(msg) < 4 || msg[0] != 0x20 || msg[3] != 0 {
 				t.Errorf("%s: CONNACK %x (%v), want success", tc.name, msg, err)
 			}
@@ -703,7 +703,7 @@ func TestWebSocketClientCertificate(t *testing.T) {
 	_, _, pair := ca.Issue("dev-ws", false)
 	d := &websocket.Dialer{Subprotocols: []string{"mqtt"}, TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), Certificates: []tls.Certificate{pair}}}
 	var ws *websocket.Conn
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(20 * time.Millisecond) {
 		var err error
 		if ws, _, err = d.Dial("wss://"+gw.WebSocketAddr()+"/", nil); err == nil {
 			break
@@ -720,7 +720,7 @@ func TestWebSocketClientCertificate(t *testing.T) {
 	if err := ws.WriteMessage(websocket.BinaryMessage, b.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	ws.SetReadDeadline(time.Now().Add(patience))
 	_, msg, err := ws.ReadMessage()
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func dialSparkplug(t *testing.T, addr, id string, will *paho.WillMessage) (*spCl
 	s := &spClient{t: t, got: make(chan *paho.Publish, 100), group: "plant", node: id}
 	s.c = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: id, OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 		func(r paho.PublishReceived) (bool, error) { s.got <- r.Packet; return true, nil }}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
 	if _, err := s.c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: true, WillMessage: will}); err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func (s *spClient) next(what string) *paho.Publish {
 	select {
 	case p := <-s.got:
 		return p
-	case <-time.After(10 * time.Second):
+	case <-time.After(patience):
 		s.t.Fatalf("no %s received", what)
 		return nil
 	}

@@ -95,9 +95,11 @@ func TestRead(t *testing.T) {
 		"from the end":       {kafka.ReadOptions{Topic: topic, ToEnd: true, Start: map[int32]int64{0: sarama.OffsetNewest, 1: sarama.OffsetNewest}}, map[int32][]string{}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			tc.o.Idle = time.Second
+			// Idle also bounds the wait for a partition's first fetch: time
+			// for a loaded machine to answer it.
+			tc.o.Idle = 3 * time.Second
 			got, err := read(ctx, tc.o, nil)
 			if err != nil || ctx.Err() != nil {
 				t.Fatalf("Read: %v (ctx %v)", err, ctx.Err())

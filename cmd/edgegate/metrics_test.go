@@ -91,7 +91,7 @@ func TestMetrics(t *testing.T) {
 	}
 	url := "http://" + p.http.Addr().String() + "/metrics"
 	var text string
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; { // for a hang, not a slow machine
 		resp, err := http.Get(url)
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +244,7 @@ func TestSparkplugMetrics(t *testing.T) {
 	}
 	scrape := func(until string) string {
 		var text string
-		for deadline := time.Now().Add(5 * time.Second); ; {
+		for deadline := time.Now().Add(30 * time.Second); ; { // for a hang, not a slow machine
 			resp, err := http.Get("http://" + p.http.Addr().String() + "/metrics")
 			if err != nil {
 				t.Fatal(err)

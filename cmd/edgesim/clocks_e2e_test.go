@@ -120,7 +120,7 @@ http: {listen: "%s"}
 	out.Reset()
 	status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", kafka,
 		"--window", rules.Window.String(), "--max-out-of-order", rules.MaxOutOfOrder.String(), "--max-future-skew", rules.MaxFutureSkew.String(),
-		"--idle", "2s"}, &out, &out)
+		"--idle", "5s"}, &out, &out) // counted from before the first fetch: time for a loaded machine to start reading
 	t.Logf("edgesim verify:\n%s", lastLines(out.String(), 12))
 	if status != 0 {
 		t.Errorf("verify: status %d", status)

@@ -96,7 +96,7 @@ func soak(t *testing.T, attack bool) soakResult {
 	res := soakResult{p50: tableValue(t, out.String(), "PUBACK p50 ms"), p99: tableValue(t, out.String(), "PUBACK p99 ms"), attacks: counts.String()}
 	out.Reset()
 	if status := runMain(context.Background(), []string{"verify", "--truth", truthPath, "--brokers", strings.Join(brokers, ","),
-		"--devices", "sim-*", "--idle", "2s"}, &out, &out); status != 0 {
+		"--devices", "sim-*", "--idle", "5s"}, &out, &out); status != 0 { // --idle counts from before the first fetch
 		t.Errorf("%s: verify: status %d\n%s", name, status, out.String())
 	} else {
 		t.Logf("%s: verify:\n%s", name, lastLines(out.String(), 4))

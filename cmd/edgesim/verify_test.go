@@ -144,7 +144,9 @@ func TestVerifyFindsEachDefect(t *testing.T) {
 			_, brokers := kafkatest.Start(t, 2, "edge.summaries")
 			produce(t, brokers, tc.recs())
 			var out, errb bytes.Buffer
-			status := runMain(context.Background(), []string{"verify", "--truth", truth, "--brokers", strings.Join(brokers, ","), "--idle", "500ms"}, &out, &errb)
+			// --idle counts from before the consumer has fetched anything:
+			// time for a loaded machine to start reading.
+			status := runMain(context.Background(), []string{"verify", "--truth", truth, "--brokers", strings.Join(brokers, ","), "--idle", "2s"}, &out, &errb)
 			if status != tc.status {
 				t.Errorf("exit status %d, want %d\n%s%s", status, tc.status, out.String(), errb.String())
 			}

@@ -15,7 +15,10 @@ import (
 func TestDeadlineConn(t *testing.T) {
 	a, b := net.Pipe() // unbuffered: a write waits for a read
 	defer b.Close()
-	c := &deadlineConn{Conn: a, timeout: 50 * time.Millisecond}
+	// The first write waits for the reader goroutine, which a loaded
+	// machine may start late: its deadline is far off. The second one's
+	// is near; nobody reads it.
+	c := &deadlineConn{Conn: a, timeout: time.Minute}
 	c.SetDeadline(time.Time{})      // as mochi does with keep alive 0
 	c.SetWriteDeadline(time.Time{}) // ignored
 	go func() {
@@ -28,6 +31,9 @@ func TestDeadlineConn(t *testing.T) {
 	if c.timedOut.Load() {
 		t.Fatal("timed out after a write that was read")
 	}
+	c.timeout = 50 * time.Millisecond
+	c.SetDeadline(time.Time{})
+	c.SetWriteDeadline(time.Time{})
 	_, err := c.Write([]byte{0xd0, 0})
 	if !errors.Is(err, os.ErrDeadlineExceeded) || !c.timedOut.Load() {
 		t.Fatalf("write nobody reads: %v, timed out %v; want a deadline error, marked", err, c.timedOut.Load())
