@@ -388,7 +388,14 @@ func finish(t *testing.T, dir string, f *fleet, last func(*fleet), lost func(dev
 	before := len(f.truth)
 	f.connect(t, st.gw.Addr())
 	last(f)
-	settled(t, st.gw, func(s gateway.Stats) bool { return s.Publishes >= uint64(f.sent) })
+	// Every publication acknowledged (durable) is applied. (This waited
+	// for Publishes to reach f.sent, which counts the runs before too,
+	// while Publishes counts this process's, replay included: it never
+	// did, and the wait always ran to its deadline.)
+	applied := func(s gateway.Stats) bool { return s.Journal.Applied+1 >= st.gw.JournalLog().Stats().Durable }
+	if s := settled(t, st.gw, applied); !applied(s) {
+		t.Fatalf("journal applied to %d, durable below %d", s.Journal.Applied, st.gw.JournalLog().Stats().Durable)
+	}
 	st.stopGW()
 	stats := st.gw.Stats()
 
