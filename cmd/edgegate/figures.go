@@ -91,7 +91,7 @@ func fmtAge(d time.Duration) string {
 	return fmt.Sprintf("%.1f h", s/3600)
 }
 
-// computeFigures works the figures out from st (taken at st.Now), the
+// computeFigures works the figures out from st (taken at st.clock()), the
 // history and when the gateway started.
 func computeFigures(st status, h *history) figures {
 	now := st.clock()
