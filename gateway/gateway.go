@@ -124,7 +124,7 @@ func New(o Options, out Output, log *slog.Logger, now func() time.Time) (*Gatewa
 	}
 	g := &Gateway{opts: o, log: log, now: now, clk: o.Clock, tl: newTimeline(), out: out, dec: dec, sessions: map[string]journal.Session{}, awaitRel: journal.PIDSets{},
 		subs: map[string]map[string]journal.Subscription{},
-		dup:  journal.NewDedupe(o.Broker.ReceiveMaximum, 100_000)}
+		dup:  journal.NewDedupe(maxDedupeClients)}
 	g.logLimiter.Every = 10 * time.Second
 	g.ing.g = g
 	if o.Sparkplug != nil {
@@ -419,13 +419,10 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 	case journal.KindPublish:
 		if e.Flags&journal.FlagQoSMask > 0 {
 			h := journal.ContentHash(e.Topic, e.Payload)
-			if e.Flags&journal.FlagDup == 0 {
-				g.dup.Forget(e.Client, e.PID) // the id's earlier publication was acknowledged
-			} else if g.dup.Seen(e.Client, e.PID, h) {
+			if g.dup.Publication(e.Client, e.PID, h, e.Flags&journal.FlagDup != 0, seq) {
 				g.duplicates.Add(1)
 				return
 			}
-			g.dup.Add(e.Client, e.PID, h, seq)
 		}
 		if e.Flags&journal.FlagQoSMask == 2 {
 			g.awaitRel.Add(string(e.Client), e.PID)
@@ -449,6 +446,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		delete(g.subs, string(e.Client))
 	case journal.KindPubrel:
 		g.awaitRel.Remove(string(e.Client), e.PID)
+		g.dup.Released(e.Client, e.PID)
+	case journal.KindReceived:
+		g.dup.Received(e.Client, e.Upto)
 	case journal.KindSubscribe:
 		c := string(e.Client)
 		if g.subs[c] == nil {
@@ -489,6 +489,12 @@ func (g *Gateway) emitDeadLetter(d DeadLetter) {
 // maxDeadReasons bounds Stats.DeadLetters; the reasons are the decoder's
 // and the aggregator's (about 30).
 const maxDeadReasons = 64
+
+// maxDedupeClients caps the clients whose duplicate detection is kept;
+// sessions (mqtt.max_sessions) and connections (mqtt.max_clients) are
+// capped far below, so it only bounds a journal written under other
+// limits.
+const maxDedupeClients = 100_000
 
 // maxDeviceStats caps the devices listed in Stats (the status page's
 // table); the rest are counted in Devices.
@@ -695,6 +701,15 @@ type Stats struct {
 	SessionsEvicted uint64
 
 	Duplicates uint64 // QoS 1/2 resends of journaled publications, not counted again
+	// DuplicateEntries is what duplicate detection holds: publications
+	// whose acknowledgement their client may not have received (24 bytes
+	// each), of all clients.
+	DuplicateEntries int
+	// AcksUndelivered counts PUBACKs owed to connections that closed
+	// first (their clients resend, and duplicate detection answers);
+	// FlowHeld publications whose reading waited while their client had
+	// mqtt.receive_maximum in flight.
+	AcksUndelivered, FlowHeld uint64
 	// NotAllowed counts readings dead-lettered as device_not_allowed: they
 	// named a device other than their device-role publisher's own.
 	NotAllowed uint64
@@ -753,6 +768,8 @@ func (g *Gateway) Stats() Stats {
 		SkewedDevices: g.agg.SkewedDevices(),
 		Summaries:     c.Summaries,
 		Sessions:      len(g.sessions),
+
+		DuplicateEntries: g.dup.Entries(),
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
 	s.Clock = g.cw.clockStats(g.tl.Offset)
@@ -793,6 +810,7 @@ func (g *Gateway) Stats() Stats {
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
+	s.AcksUndelivered, s.FlowHeld = bs.AcksUndelivered, bs.FlowHeld
 	s.Outcomes = map[string]uint64{}
 	for o := range aggregate.Outcome(aggregate.NumOutcomes) {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -32,6 +32,9 @@ var (
 	mPublications = desc("publications_total", "Publications on reading topics.")
 	mRefused      = desc("quota_refused_total", "QoS 1/2 publications refused because the outbound queue was at its quota (backpressure).")
 	mDuplicates   = desc("duplicates_total", "QoS 1/2 resends of journaled publications, acknowledged and not counted again.")
+	mDupEntries   = desc("duplicate_entries", "Publications whose acknowledgement their client may not have received, kept by duplicate detection (24 bytes each), of all clients.")
+	mUndelivered  = desc("mqtt_acks_undelivered_total", "PUBACKs owed to connections that closed before they were written; their clients resend, and duplicate detection answers.")
+	mFlowHeld     = desc("mqtt_flow_held_total", "QoS 1/2 publications whose reading waited while their client had mqtt.receive_maximum in flight (flow control, not a refusal).")
 	mSummaries    = desc("summaries_total", "Summaries emitted, revisions included.")
 	mOpen         = desc("open_windows", "Windows open now.")
 	mSeries       = desc("series", "Series (device and metric) held in memory: those with an open window; bounded by aggregate.max_series.")
@@ -134,6 +137,9 @@ func collect(e *exposition, st status) {
 	counter(mPublications, float64(g.Publishes))
 	counter(mRefused, float64(g.Refused))
 	counter(mDuplicates, float64(g.Duplicates))
+	gauge(mDupEntries, float64(g.DuplicateEntries))
+	counter(mUndelivered, float64(g.AcksUndelivered))
+	counter(mFlowHeld, float64(g.FlowHeld))
 	for _, r := range slices.Sorted(maps.Keys(g.MQTTRefused)) {
 		counter(mMQTTRefused, float64(g.MQTTRefused[r]), r)
 	}

@@ -14,6 +14,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -25,6 +26,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgegate/edgegate/gateway/internal/lograte"
 	"github.com/edgegate/edgegate/gateway/internal/ratelimit"
@@ -39,7 +41,11 @@ type Journal interface {
 	// PUBACK (through Broker.WriteAcks, to ackTo) once it is durable.
 	// device, if not empty, is the only device the publication's readings
 	// may name.
-	Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, error)
+	// It returns the batch and the publication's index in it.
+	Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*journal.Batch, int, error)
+	// Received journals that a client has received the acknowledgements
+	// of its publications journaled up to upto.
+	Received(client string, upto uint64) error
 	SessionStart(client string, s journal.Session) error
 	SessionEnd(client string) error
 	Subscribe(client, filter string, s journal.Subscription) error
@@ -154,6 +160,13 @@ type Broker struct {
 	connsOpen   atomic.Int64  // sockets open, CONNECT sent or not
 	throttled   atomic.Uint64 // publications held back by PublishRate
 	quota       atomic.Uint64 // QoS 1/2 publications refused because the output was full
+	// acksUndelivered counts PUBACKs owed to connections that closed
+	// before they were written; flowHeld publications whose reading waited
+	// for the client's publications in flight (mqtt.receive_maximum).
+	acksUndelivered atomic.Uint64
+	flowHeld        atomic.Uint64
+	stopReceipts    chan struct{}  // closed by Close
+	receiptsDone    sync.WaitGroup // watchReceipts
 
 	ackMu  sync.Mutex     // guards closed and adding to ackers
 	closed bool           // Close was called: no more PUBACK writers
@@ -170,7 +183,7 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	if o.WriteTimeout <= 0 {
 		return nil, fmt.Errorf("mqtt.write_timeout: %s is not positive", o.WriteTimeout)
 	}
-	b := &Broker{opts: o, log: log, now: now, in: in}
+	b := &Broker{opts: o, log: log, now: now, in: in, stopReceipts: make(chan struct{})}
 	b.logLimiter.Every = 10 * time.Second
 	users, err := b.loadUsers()
 	if err != nil {
@@ -261,6 +274,7 @@ func (b *Broker) Serve(r Restored) error {
 	if err := b.server.Serve(); err != nil {
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
+	b.receiptsDone.Go(func() { b.watchReceipts(b.stopReceipts) })
 	return nil
 }
 
@@ -279,9 +293,13 @@ func (b *Broker) refusedOrigin(origin, remote string) {
 func (b *Broker) Close() error {
 	err := b.server.Close()
 	b.ackMu.Lock()
+	if !b.closed {
+		close(b.stopReceipts)
+	}
 	b.closed = true
 	b.ackMu.Unlock()
 	b.ackers.Wait()
+	b.receiptsDone.Wait()
 	return err
 }
 
@@ -349,6 +367,14 @@ type Stats struct {
 	// SessionsEvicted counts persistent sessions ended early to make room
 	// for a new one (MaxSessions, MaxSessionsPerIdentity).
 	SessionsEvicted uint64
+	// AcksUndelivered counts PUBACKs owed to connections that closed
+	// before they were written: their clients resend the publications, and
+	// duplicate detection answers them.
+	AcksUndelivered uint64
+	// FlowHeld counts QoS 1/2 publications whose reading waited while
+	// their client had mqtt.receive_maximum in flight (or 16 times as many
+	// whose acknowledgement it was not known to have received).
+	FlowHeld uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -364,6 +390,8 @@ func (b *Broker) Stats() Stats {
 		Sessions:     b.hook.sessions.len(),
 
 		SessionsEvicted: b.hook.sessions.evicted.Load(),
+		AcksUndelivered: b.acksUndelivered.Load(),
+		FlowHeld:        b.flowHeld.Load(),
 	}
 }
 
@@ -372,13 +400,14 @@ func (b *Broker) Stats() Stats {
 // appended to its ackWriter, in journal order, and written by that
 // client's writer goroutine (at most one at a time per client), so a
 // client that stops reading holds up only its own PUBACKs, until
-// mqtt.write_timeout disconnects it. After Close the PUBACKs are dropped:
-// their clients are gone and resend on reconnect.
+// mqtt.write_timeout disconnects it. PUBACKs owed to a connection that
+// closed first are counted (Stats.AcksUndelivered): the client resends
+// those publications and duplicate detection answers them.
 func (b *Broker) WriteAcks(acks []journal.PendingAck) {
 	var start []*ackWriter
 	for _, a := range acks {
 		w := a.To.(*ackWriter)
-		if w.add(a.PID) {
+		if w.add(a.PID, a.Seq) {
 			start = append(start, w)
 		}
 	}
@@ -388,6 +417,9 @@ func (b *Broker) WriteAcks(acks []journal.PendingAck) {
 	b.ackMu.Lock()
 	defer b.ackMu.Unlock()
 	if b.closed {
+		for _, w := range start {
+			w.dropPending()
+		}
 		return
 	}
 	for _, w := range start {
@@ -395,28 +427,38 @@ func (b *Broker) WriteAcks(acks []journal.PendingAck) {
 	}
 }
 
-// ackWriter writes the PUBACKs the journal sends to one client, and counts
-// the client's QoS 1/2 publications in flight for mqtt.receive_maximum.
+// ackWriter writes the PUBACKs the journal sends to one connection, holds
+// the connection's publications to mqtt.receive_maximum in flight, and
+// follows which acknowledgements the client has received (receipts.go).
 type ackWriter struct {
 	cl *mqtt.Client
+	b  *Broker
 
-	// inflight is the client's QoS 1/2 publications in flight as far as
-	// the client can tell: QoS 1 ones the journal is to acknowledge whose
-	// PUBACK is not yet written, and QoS 2 ones whose PUBREL has not come.
-	// (mochi counts only those it acknowledges itself.)
-	inflight atomic.Int32
+	// unwritten1 is the connection's QoS 1 publications the journal is to
+	// acknowledge whose PUBACK is not yet written; open2 its QoS 2
+	// exchanges whose PUBREL has not come. (mochi counts only those it
+	// acknowledges itself.)
+	unwritten1 atomic.Int32
+	open2      atomic.Int32
 
-	mu        sync.Mutex
-	pending   []byte // PUBACKs to write, in journal order
-	n         int32  // PUBACKs in pending
-	running   bool   // a writer goroutine owns pending
-	unwritten int    // PUBACKs promised (OnPublish) and not yet written or dropped
+	mu      sync.Mutex
+	pending []byte // PUBACKs to write, in journal order
+	n       int32  // PUBACKs in pending
+	last    uint64 // journal sequence of the latest publication in pending
+	running bool   // a writer goroutine owns pending
+	// unwritten counts PUBACKs promised (OnPublish) and not yet written
+	// or dropped; drained is closed when it reaches 0.
+	unwritten int
 	drained   chan struct{}
+	// changed is closed (and replaced) when a PUBACK is written or a
+	// receipt is learnt: a publication held by flow control looks again.
+	changed chan struct{}
+	rc      receipts
 }
 
 // promise counts a QoS 1 publication whose PUBACK the journal will send.
 func (w *ackWriter) promise() {
-	w.inflight.Add(1)
+	w.unwritten1.Add(1)
 	w.mu.Lock()
 	w.unwritten++
 	w.mu.Unlock()
@@ -424,18 +466,20 @@ func (w *ackWriter) promise() {
 
 // broken undoes promise for a publication the journal refused.
 func (w *ackWriter) broken() {
-	w.inflight.Add(-1)
-	w.sent(1)
+	w.unwritten1.Add(-1)
+	w.sent(1, 0, false)
 }
 
-// add queues a PUBACK and reports whether a writer must be started.
-func (w *ackWriter) add(pid uint16) bool {
+// add queues a PUBACK for the publication journaled as seq and reports
+// whether a writer must be started.
+func (w *ackWriter) add(pid uint16, seq uint64) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// A PUBACK with reason Success and no properties is four bytes in
 	// MQTT 3.1.1 and 5 alike.
 	w.pending = append(w.pending, 0x40, 0x02, byte(pid>>8), byte(pid))
 	w.n++
+	w.last = max(w.last, seq)
 	if w.running {
 		return false
 	}
@@ -443,12 +487,24 @@ func (w *ackWriter) add(pid uint16) bool {
 	return true
 }
 
+// dropPending counts the PUBACKs pending as undelivered (the broker is
+// closed: no writer starts).
+func (w *ackWriter) dropPending() {
+	w.mu.Lock()
+	n := w.n
+	w.pending, w.n, w.running = w.pending[:0], 0, false
+	w.mu.Unlock()
+	w.unwritten1.Add(-n)
+	w.b.acksUndelivered.Add(uint64(n))
+	w.sent(int(n), 0, false)
+}
+
 // run writes what is pending until nothing is.
 func (w *ackWriter) run() {
 	var buf []byte
 	for {
 		w.mu.Lock()
-		n := w.n
+		n, last := w.n, w.last
 		if n == 0 {
 			w.running = false
 			w.mu.Unlock()
@@ -456,43 +512,72 @@ func (w *ackWriter) run() {
 		}
 		buf, w.pending, w.n = w.pending, buf[:0], 0
 		w.mu.Unlock()
-		w.write(buf, n)
+		w.write(buf, n, last)
 	}
 }
 
-// write writes n PUBACKs under the client's lock, as mochi's own writes
-// are (the connection's deadline bounds the wait). A failed write ends
-// the connection: its unacknowledged publications are resent on
-// reconnect and recognised as duplicates.
-func (w *ackWriter) write(buf []byte, n int32) {
-	// The quota is freed before the client can see the PUBACKs, so that
-	// its next publication never finds it taken. (A client that keeps
-	// publishing while it does not read could so have another
-	// receive_maximum in flight until this write times out: only its own
-	// resends can then be miscounted.)
-	w.inflight.Add(-n)
-	defer w.sent(int(n))
+// write writes n PUBACKs, the latest of publication last, under the
+// client's lock, as mochi's own writes are (the connection's deadline
+// bounds the wait). A failed write ends the connection: its
+// unacknowledged publications are resent on reconnect and recognised as
+// duplicates.
+//
+// A client that subscribes may have packets of mochi's waiting in mochi's
+// write buffer (it buffers while the client's outbound queue is not
+// empty); its PUBACKs are then written through mochi, after them, so that
+// none overtakes a PUBACK mochi wrote for an earlier publication
+// [MQTT-4.6.0-2]. A client that only publishes never has any.
+func (w *ackWriter) write(buf []byte, n int32, last uint64) {
 	cl := w.cl
-	cl.Lock()
-	if cl.Closed() || cl.Net.Conn == nil {
+	var err error
+	if cl.State.Subscriptions.Len() > 0 {
+		for i := 0; i+4 <= len(buf) && err == nil; i += 4 {
+			err = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: uint16(buf[i+2])<<8 | uint16(buf[i+3])})
+		}
+	} else {
+		cl.Lock()
+		if cl.Closed() || cl.Net.Conn == nil {
+			err = mqtt.ErrConnectionClosed
+		} else {
+			_, err = cl.Net.Conn.Write(buf)
+		}
 		cl.Unlock()
-		return // gone: the client resends on reconnect
 	}
-	_, err := cl.Net.Conn.Write(buf)
-	cl.Unlock()
-	if err != nil {
+	if err != nil && !errors.Is(err, mqtt.ErrConnectionClosed) {
 		cl.Stop(fmt.Errorf("write puback: %w", err))
 	}
+	ok := err == nil
+	// The quota is freed once the PUBACKs are written (or will never
+	// be): the client's next publication may then be read.
+	w.unwritten1.Add(-n)
+	if !ok {
+		w.b.acksUndelivered.Add(uint64(n))
+	}
+	w.sent(int(n), last, ok)
 }
 
-// sent counts n promised PUBACKs as written (or dropped).
-func (w *ackWriter) sent(n int) {
+// sent counts n promised PUBACKs as written (ok, the latest for the
+// publication journaled as last) or dropped, and wakes a publication held
+// by flow control.
+func (w *ackWriter) sent(n int, last uint64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if ok {
+		w.rc.written(last, uint64(n))
+	}
 	w.unwritten -= n
 	if w.unwritten <= 0 && w.drained != nil {
 		close(w.drained)
 		w.drained = nil
+	}
+	w.wakeLocked()
+}
+
+// wakeLocked wakes the publication held by flow control, if any.
+func (w *ackWriter) wakeLocked() {
+	if w.changed != nil {
+		close(w.changed)
+		w.changed = nil
 	}
 }
 
@@ -524,8 +609,8 @@ func (w *ackWriter) waitWritten(d time.Duration) {
 // restored at start were not counted.
 func (w *ackWriter) released() {
 	for {
-		n := w.inflight.Load()
-		if n <= 0 || w.inflight.CompareAndSwap(n, n-1) {
+		n := w.open2.Load()
+		if n <= 0 || w.open2.CompareAndSwap(n, n-1) {
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -198,7 +199,7 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		cl.Stop(fmt.Errorf("connection refused: %s", r))
 		return false
 	}
-	info.acks.cl = cl
+	info.acks.cl, info.acks.b = cl, b
 	h.clients.Store(cl, info)
 	return true
 }
@@ -311,13 +312,30 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 	info := v.(*clientInfo)
 	h.throttle(info)
 	qos := pk.FixedHeader.Qos
-	if qos > 0 && int(info.acks.inflight.Load()) >= b.opts.ReceiveMaximum {
-		return pk, h.overReceiveMaximum(cl)
+	if qos > 0 {
+		if int(info.acks.open2.Load()) >= b.opts.ReceiveMaximum {
+			// Its PUBRELs are behind this publication: waiting would wait
+			// for good.
+			return pk, h.overReceiveMaximum(cl)
+		}
+		ok, held, stalled := info.acks.admit(int32(b.opts.ReceiveMaximum), uint64(b.opts.ReceiveMaximum)*unreceivedPerReceiveMaximum, b.opts.WriteTimeout)
+		if held {
+			b.flowHeld.Add(1)
+		}
+		if stalled {
+			// It takes none of its PUBACKs: as a write to it that waited
+			// mqtt.write_timeout.
+			b.mqttRefused[RefusedWriteTimeout].Add(1)
+			cl.Stop(fmt.Errorf("%w: its acknowledgements not taken for mqtt.write_timeout", os.ErrDeadlineExceeded))
+		}
+		if !ok {
+			return pk, packets.ErrRejectPacket // the connection ended: the client resends
+		}
 	}
 	if qos == 2 {
 		defer func() {
 			if err == nil || errors.Is(err, packets.CodeSuccessIgnore) {
-				info.acks.inflight.Add(1) // mochi sends PUBREC: in flight until the PUBREL
+				info.acks.open2.Add(1) // mochi sends PUBREC: in flight until the PUBREL
 			}
 		}()
 	}
@@ -353,7 +371,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 	if async {
 		info.acks.promise()
 	}
-	batch, err := b.j.Publish(cl.ID, h.ownDevice(cl), &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
+	batch, i, err := b.j.Publish(cl.ID, h.ownDevice(cl), &info.acks, flags, pk.PacketID, pk.TopicName, pk.Payload, async)
 	if err == nil && qos > 0 && !async {
 		err = batch.Wait()
 		// mochi acknowledges this one: after the journal's PUBACKs of
@@ -367,6 +385,15 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 		// The journal failed or is closing: never acknowledge. The client
 		// keeps the publication and sends it again.
 		return pk, packets.ErrRejectPacket
+	}
+	if qos > 0 {
+		// The seq of an async one is known only once its batch is
+		// written; its PUBACK carries it (WriteAcks).
+		var seq uint64
+		if !async {
+			seq = batch.Seq(i)
+		}
+		info.acks.journaled(seq, !async)
 	}
 	if async {
 		// The journal sends the PUBACK. Handed back as an ignored QoS 0
@@ -393,17 +420,16 @@ func (h *hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) {
 	if cl.Net.Inline || !h.b.in.WillTopic(pk.TopicName) {
 		return
 	}
-	if _, err := h.b.j.Publish(cl.ID, h.ownDevice(cl), nil, 0, 0, pk.TopicName, pk.Payload, false); err != nil {
+	if _, _, err := h.b.j.Publish(cl.ID, h.ownDevice(cl), nil, 0, 0, pk.TopicName, pk.Payload, false); err != nil {
 		h.b.log.Warn("will not journaled (the journal is closed or failed)", "client", cl.ID, "topic", pk.TopicName, "err", err)
 	}
 }
 
 // overReceiveMaximum disconnects a client that sent a QoS 1/2 publication
-// with mqtt.receive_maximum others in flight (MQTT 5: DISCONNECT 0x93,
-// [MQTT-3.3.4-9]). mochi does so itself only for the publications it
-// acknowledges, not for those the journal does; the duplicate rings hold
-// receive_maximum publications per client, so one more in flight could be
-// counted twice when resent.
+// with mqtt.receive_maximum QoS 2 exchanges open (MQTT 5: DISCONNECT 0x93,
+// [MQTT-3.3.4-9]): their PUBRELs come after it on the connection, so
+// holding it until one ends would wait for good. (QoS 1 publications in
+// flight are flow-controlled instead: see ackWriter.admit.)
 func (h *hook) overReceiveMaximum(cl *mqtt.Client) error {
 	b := h.b
 	b.mqttRefused[RefusedReceiveMaximum].Add(1)
@@ -466,7 +492,14 @@ func (h *hook) OnSessionEstablished(cl *mqtt.Client, pk packets.Packet) {
 // OnDisconnect journals the end of a session that expires with its
 // connection.
 func (h *hook) OnDisconnect(cl *mqtt.Client, err error, expire bool) {
-	h.clients.Delete(cl)
+	if v, ok := h.clients.LoadAndDelete(cl); ok && !expire {
+		// What the client received is journaled before its session can
+		// resume (a takeover ends this connection before the new one is
+		// read); a session that ends drops duplicate detection anyway.
+		if upto, ok := v.(*clientInfo).acks.ended(time.Now()); ok {
+			h.b.j.Received(cl.ID, upto)
+		}
+	}
 	if cl.Net.Inline {
 		return
 	}
@@ -555,6 +588,9 @@ func (h *hook) pinged(cl *mqtt.Client) error {
 func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil
+	}
+	if v, ok := h.clients.Load(cl); ok {
+		v.(*clientInfo).acks.readNext()
 	}
 	switch pk.FixedHeader.Type {
 	case packets.Pingreq:

@@ -19,8 +19,11 @@ import (
 //	  store, not here)
 //	uvarint count, then per session: client, proto (1 byte), uvarint
 //	  expiry, username, listener (strings as uvarint length + bytes)
-//	uvarint count, then per dedupe ring: client, uvarint used, uvarint n,
-//	  then n entries oldest first: uvarint pid, 8-byte hash
+//	uvarint count, then per client of duplicate detection: client,
+//	  uvarint used, uvarint n, then n entries: uvarint pid, 8-byte hash;
+//	  version 3: then uvarint seq after each hash, entries by packet id
+//	  (versions 1 and 2 have the client's latest entries oldest first,
+//	  read as of seq used)
 //	uvarint count, then per client with QoS 2 exchanges awaiting PUBREL:
 //	  client, uvarint n, then n uvarint packet ids
 //	uvarint count, then per client with subscriptions: client, uvarint n,
@@ -36,7 +39,7 @@ import (
 //	CRC-32C of everything before it, 4 bytes little-endian
 const (
 	checkpointMagic   = "EGCP"
-	checkpointVersion = 2
+	checkpointVersion = 3
 )
 
 // TimeLine is the applier's account of time after the checkpoint's event
@@ -143,10 +146,11 @@ func (c *Checkpoint) Encode() []byte {
 		b = appendString(b, id)
 		b = binary.AppendUvarint(b, r.used)
 		b = binary.AppendUvarint(b, uint64(len(r.ents)))
-		for i := range r.ents {
-			e := r.ents[(r.next+i)%len(r.ents)]
-			b = binary.AppendUvarint(b, uint64(e.pid()))
-			b = binary.LittleEndian.AppendUint64(b, e.hash())
+		for _, pid := range r.sortedEntries() {
+			e := r.ents[pid]
+			b = binary.AppendUvarint(b, uint64(pid))
+			b = binary.LittleEndian.AppendUint64(b, e.hash)
+			b = binary.AppendUvarint(b, e.seq)
 		}
 	}
 	clients = slices.Sorted(maps.Keys(c.AwaitRel))
@@ -214,7 +218,7 @@ func checkpointBody(b []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: checksum mismatch", errCheckpoint)
 	}
 	version := body[4]
-	if version != 1 && version != checkpointVersion {
+	if version < 1 || version > checkpointVersion {
 		return nil, fmt.Errorf("%w: version %d, want %d", errCheckpoint, body[4], checkpointVersion)
 	}
 	return body[5:], nil
@@ -266,15 +270,22 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 			r.ok = false
 			break
 		}
-		rg.ents = make([]dupEntry, 0, m)
+		rg.ents = make(map[uint16]dupEntry, m)
 		for j := uint64(0); r.ok && j < m; j++ {
-			pid := uint16(r.uvarint())
-			if len(r.b) < 8 {
+			pid := r.uvarint()
+			if len(r.b) < 8 || pid > 0xffff {
 				r.ok = false
 				break
 			}
-			rg.ents = append(rg.ents, newDupEntry(pid, binary.LittleEndian.Uint64(r.b)))
+			// Before version 3, entries of the client's latest
+			// publications, oldest first, without their sequence: taken
+			// as of the latest, so that only a receipt after it ends them.
+			e := dupEntry{hash: binary.LittleEndian.Uint64(r.b) & hashMask, seq: rg.used}
 			r.b = r.b[8:]
+			if version >= 3 {
+				e.seq = r.uvarint()
+			}
+			rg.ents[uint16(pid)] = e
 		}
 		c.Rings[id] = rg
 	}

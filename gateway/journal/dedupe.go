@@ -1,50 +1,56 @@
 package journal
 
 import (
+	"maps"
 	"slices"
 )
 
 // Dedupe recognises a QoS 1/2 publication that a device sends again (DUP
-// set, same packet id, same topic and payload) because the PUBACK of a
-// journaled first copy never reached it, typically across a gateway
-// restart. A device resends only publications still in flight, at most
-// mqtt.receive_maximum of them, all among its latest publications; so each
-// client keeps a ring of the packet ids and content hashes of its latest
-// receive_maximum journaled publications (the broker disconnects a client
-// with more in flight, QoS 1 and 2 alike, so the ring is long enough). A
-// packet id is reused only after its PUBACK arrived, so a publication
-// without DUP that reuses an id ends the entry of the id's earlier
-// publication (Forget): a DUP is then a resend of the new one only. Firmware
-// with one publication in flight uses the same id for every reading; with
-// the entry kept, a new reading whose first copy was lost and whose resend
-// (DUP) carries the value of an earlier one would be dropped.
+// set, same packet id, same topic and payload) because the acknowledgement
+// of a journaled first copy never reached it: the connection broke, or
+// the gateway restarted, before the client had its PUBACK (or PUBREC).
+//
+// A client may resend any publication whose acknowledgement it has not
+// received, with any window and however many of them were in flight, so
+// each client keeps one entry per packet id: that of its latest
+// publication with the id, until the gateway knows the client received
+// its acknowledgement. A client reuses a packet id only once it has the
+// acknowledgement of the id's earlier publication, so a publication
+// without DUP replaces the id's entry, and a DUP is a resend of the id's
+// latest publication only. (Firmware with one publication in flight uses
+// the same id for every reading: a new reading whose first copy was lost,
+// resent with DUP, is no duplicate of the one before, though it may carry
+// the same value; see Received.)
+//
+// The gateway learns that a client received its acknowledgements from the
+// client's TCP stack (package broker; journaled as KindReceived): entries
+// up to then are dropped, so a client holds about as many entries as it
+// publishes in two seconds, at most one per packet id (65,535).
 type Dedupe struct {
-	size  int // entries per ring
-	max   int // rings kept; the least recently used goes first
+	max   int // clients kept; the least recently used goes first
 	Rings map[string]*Ring
 }
 
+// Ring is one client's entries: its publications whose acknowledgement it
+// may not have received, one per packet id.
 type Ring struct {
-	ents []dupEntry // up to size; ents[next] is the oldest once full
-	next int
+	ents map[uint16]dupEntry
 	used uint64 // journal sequence of the client's latest publication
 }
 
-// dupEntry is a packet id (top 16 bits) and 48 bits of the content hash:
-// 8 bytes, so 1,000 clients with a ring of 256 cost 2 MiB. A false match
-// needs a DUP publication whose 48-bit hash equals one of 256 others with
-// the same packet id: about 1 in 10^12.
-type dupEntry uint64
-
-func newDupEntry(pid uint16, hash uint64) dupEntry {
-	return dupEntry(uint64(pid)<<48 | hash&(1<<48-1))
+// dupEntry is 48 bits of a publication's content hash and the journal
+// sequence of its latest copy. A false match needs a DUP publication whose
+// 48-bit hash equals the one entry of its packet id: about 1 in 10^14.
+type dupEntry struct {
+	hash uint64
+	seq  uint64
 }
 
-func (e dupEntry) pid() uint16  { return uint16(e >> 48) }
-func (e dupEntry) hash() uint64 { return uint64(e) & (1<<48 - 1) }
+const hashMask = 1<<48 - 1
 
-func NewDedupe(size, max int) *Dedupe {
-	return &Dedupe{size: size, max: max, Rings: map[string]*Ring{}}
+// NewDedupe returns duplicate detection for at most max clients.
+func NewDedupe(max int) *Dedupe {
+	return &Dedupe{max: max, Rings: map[string]*Ring{}}
 }
 
 // ContentHash is FNV-1a (64 bit) of topic, a zero byte and payload: stable
@@ -61,59 +67,58 @@ func ContentHash(topic, payload []byte) uint64 {
 	return h
 }
 
-// Seen reports whether client's recent publications hold pid with hash.
-func (d *Dedupe) Seen(client []byte, pid uint16, hash uint64) bool {
-	r := d.Rings[string(client)]
-	if r == nil {
-		return false
-	}
-	want := newDupEntry(pid, hash)
-	for _, e := range r.ents {
-		if e == want {
-			return true
-		}
-	}
-	return false
-}
-
-// Add records a journaled publication.
-func (d *Dedupe) Add(client []byte, pid uint16, hash, seq uint64) {
+// Publication records client's journaled QoS 1/2 publication seq and
+// reports whether it is a resend of one already journaled: DUP set, and
+// the same content as the latest publication with its packet id, whose
+// acknowledgement the client may not have received. A resend takes the
+// entry over (its acknowledgement is the one the client now waits for).
+func (d *Dedupe) Publication(client []byte, pid uint16, hash uint64, dup bool, seq uint64) bool {
 	r := d.Rings[string(client)]
 	if r == nil {
 		if len(d.Rings) >= d.max {
 			d.evict()
 		}
-		r = &Ring{}
+		r = &Ring{ents: map[uint16]dupEntry{}}
 		d.Rings[string(client)] = r
 	}
 	r.used = seq
-	e := newDupEntry(pid, hash)
-	if len(r.ents) < d.size {
-		if len(r.ents) == cap(r.ents) { // grow by doubling, never past size
-			r.ents = slices.Grow(r.ents, min(max(2*len(r.ents), 4), d.size)-len(r.ents))
-		}
-		r.ents = append(r.ents, e)
-		return
+	hash &= hashMask
+	if e, ok := r.ents[pid]; ok && dup && e.hash == hash {
+		r.ents[pid] = dupEntry{hash, seq}
+		return true
 	}
-	r.ents[r.next] = e
-	r.next = (r.next + 1) % len(r.ents)
+	r.ents[pid] = dupEntry{hash, seq}
+	return false
 }
 
-// Forget ends the entries of client's packet id pid: a publication without
-// DUP reuses it, so the earlier publications with that id were
-// acknowledged and are never resent.
-func (d *Dedupe) Forget(client []byte, pid uint16) {
+// Received ends client's entries of publications journaled up to seq
+// upto: the client has their acknowledgements and never resends them.
+func (d *Dedupe) Received(client []byte, upto uint64) {
 	r := d.Rings[string(client)]
-	if r == nil || !slices.ContainsFunc(r.ents, func(e dupEntry) bool { return e.pid() == pid }) {
+	if r == nil {
 		return
 	}
-	// Oldest first (a full ring starts at next), then without pid: the
-	// ring is no longer full and fills by appending again.
-	slices.Reverse(r.ents[:r.next])
-	slices.Reverse(r.ents[r.next:])
-	slices.Reverse(r.ents)
-	r.ents = slices.DeleteFunc(r.ents, func(e dupEntry) bool { return e.pid() == pid })
-	r.next = 0
+	maps.DeleteFunc(r.ents, func(_ uint16, e dupEntry) bool { return e.seq <= upto })
+	if len(r.ents) == 0 {
+		delete(d.Rings, string(client))
+	}
+}
+
+// Released ends the entry of client's QoS 2 publication pid: its PUBREL
+// says the client has the PUBREC.
+func (d *Dedupe) Released(client []byte, pid uint16) {
+	if r := d.Rings[string(client)]; r != nil {
+		delete(r.ents, pid)
+	}
+}
+
+// Entries returns the number of entries held, of all clients.
+func (d *Dedupe) Entries() int {
+	n := 0
+	for _, r := range d.Rings {
+		n += len(r.ents)
+	}
+	return n
 }
 
 func (d *Dedupe) evict() {
@@ -128,4 +133,8 @@ func (d *Dedupe) evict() {
 	delete(d.Rings, oldest)
 }
 
+// Drop ends client's duplicate detection (its session ended).
 func (d *Dedupe) Drop(client []byte) { delete(d.Rings, string(client)) }
+
+// sortedEntries returns r's entries by packet id, for encoding.
+func (r *Ring) sortedEntries() []uint16 { return slices.Sorted(maps.Keys(r.ents)) }

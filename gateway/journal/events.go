@@ -24,6 +24,9 @@ const (
 	// KindClock: the boot the monotonic times that follow count from, and
 	// whether the wall clock was synchronized (ClockState).
 	KindClock byte = 'C'
+	// KindReceived: a client has received the acknowledgements of its
+	// publications journaled up to a sequence, and will not resend them.
+	KindReceived byte = 'K'
 )
 
 // monoBit in a record's kind byte: a uvarint monotonic time (ns since
@@ -63,6 +66,9 @@ type Event struct {
 	Payload []byte
 	Session Session
 	Sub     Subscription
+	// Upto is, for KindReceived, the journal sequence up to which the
+	// client has received its acknowledgements.
+	Upto uint64
 }
 
 // Session is what the journal keeps of a persistent MQTT session, enough
@@ -195,6 +201,12 @@ func appendUnsubscribe(b []byte, at int64, client, filter string) []byte {
 	return appendString(b, filter)
 }
 
+func appendReceived(b []byte, at int64, client string, upto uint64) []byte {
+	b = appendClock(b, KindReceived, at)
+	b = appendString(b, client)
+	return binary.AppendUvarint(b, upto)
+}
+
 func appendPubrel(b []byte, at int64, client string, pid uint16) []byte {
 	b = appendClock(b, KindPubrel, at)
 	b = appendString(b, client)
@@ -311,6 +323,9 @@ func DecodeEvent(rec []byte) (Event, error) {
 	case KindUnsubscribe:
 		e.Client = r.bytes()
 		e.Topic = r.bytes()
+	case KindReceived:
+		e.Client = r.bytes()
+		e.Upto = r.uvarint()
 	case KindPubrel:
 		e.Client = r.bytes()
 		pid := r.uvarint()

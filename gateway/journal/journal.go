@@ -17,6 +17,8 @@ import (
 type PendingAck struct {
 	To  any
 	PID uint16
+	// Seq is the journal sequence of the publication.
+	Seq uint64
 }
 
 // Journal appends events with group commit: while one batch is written
@@ -59,11 +61,12 @@ type applyBatch struct {
 // Batch is the group of events written and fsynced together. Wait
 // returns once it is durable.
 type Batch struct {
-	buf  []byte
-	ends []int
-	acks []PendingAck
-	done chan struct{}
-	err  error
+	buf   []byte
+	ends  []int
+	acks  []PendingAck // Seq: the record's index in the batch until it is written
+	first uint64       // sequence of the first record, once written
+	done  chan struct{}
+	err   error
 }
 
 // ErrJournalClosed is returned for events submitted after the journal
@@ -164,18 +167,27 @@ func (j *Journal) end(b *Batch) {
 // Publish journals a publication from client, whose readings may name
 // device only (empty: any). With ack set, a PUBACK for it is handed to
 // the Ack function, addressed to ackTo, once it is durable. It returns
-// the batch; its Wait returns once the batch is durable.
-func (j *Journal) Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, error) {
+// the batch, whose Wait returns once the batch is durable, and the
+// publication's index in it (Batch.Seq).
+func (j *Journal) Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, int, error) {
 	b, at, err := j.begin()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	i := len(b.ends)
 	b.buf = AppendPublishAs(b.buf, at, flags, pid, client, device, topic, payload)
 	if ack {
-		b.acks = append(b.acks, PendingAck{ackTo, pid})
+		b.acks = append(b.acks, PendingAck{ackTo, pid, uint64(i)})
 	}
 	j.end(b)
-	return b, nil
+	return b, i, nil
+}
+
+// Received journals that client has received the acknowledgements of its
+// publications journaled up to sequence upto (see Dedupe).
+func (j *Journal) Received(client string, upto uint64) error {
+	_, err := j.event(func(b []byte, at int64) []byte { return appendReceived(b, at, client, upto) })
+	return err
 }
 
 // event journals one record that appendTo writes at the end of the
@@ -241,6 +253,10 @@ func (b *Batch) Wait() error {
 	<-b.done
 	return b.err
 }
+
+// Seq returns the journal sequence of the batch's record i; valid once
+// Wait returned nil.
+func (b *Batch) Seq(i int) uint64 { return b.first + uint64(i) }
 
 // Run writes batches until ctx is cancelled, then writes and applies what
 // is pending and returns. A failed write or fsync ends it with the error:
@@ -343,6 +359,10 @@ func (j *Journal) flush() error {
 		return err
 	}
 	j.written.Add(int64(len(b.buf)))
+	b.first = first
+	for i := range b.acks {
+		b.acks[i].Seq += first
+	}
 	close(b.done)
 	if len(b.acks) > 0 {
 		j.acks <- b.acks

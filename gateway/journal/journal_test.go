@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -38,6 +40,7 @@ func TestEventRoundTrip(t *testing.T) {
 			Event{Kind: KindSessionStart, At: 9, Client: []byte("c"), Session: Session{Proto: 5, Expiry: 3600, Username: "u", Listener: "tcp"}}},
 		{"session end", appendSessionEnd(nil, 9, "c"), Event{Kind: KindSessionEnd, At: 9, Client: []byte("c")}},
 		{"pubrel", appendPubrel(nil, 9, "c", 513), Event{Kind: KindPubrel, At: 9, Client: []byte("c"), PID: 513}},
+		{"received", appendReceived(nil, 9, "c", 1<<40), Event{Kind: KindReceived, At: 9, Client: []byte("c"), Upto: 1 << 40}},
 		{"subscribe", appendSubscribe(nil, 9, "c", "a/#", Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}),
 			Event{Kind: KindSubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#"), Sub: Subscription{QoS: 2, RetainHandling: 1, NoLocal: true, Identifier: 7}}},
 		{"unsubscribe", appendUnsubscribe(nil, 9, "c", "a/#"), Event{Kind: KindUnsubscribe, At: 9, Client: []byte("c"), Topic: []byte("a/#")}},
@@ -137,44 +140,69 @@ func TestJournalStampsClock(t *testing.T) {
 }
 
 func TestDedupe(t *testing.T) {
-	d := NewDedupe(3, 2)
+	d := NewDedupe(2)
 	h := func(s string) uint64 { return ContentHash([]byte("t"), []byte(s)) }
-	d.Add([]byte("a"), 1, h("x"), 1)
-	d.Add([]byte("a"), 2, h("y"), 2)
-	if !d.Seen([]byte("a"), 1, h("x")) || d.Seen([]byte("a"), 1, h("y")) || d.Seen([]byte("b"), 1, h("x")) {
-		t.Fatal("lookup by client, packet id and content")
-	}
+	a := []byte("a")
 	if ContentHash([]byte("ab"), []byte("c")) == ContentHash([]byte("a"), []byte("bc")) {
 		t.Error("topic/payload boundary not in the hash")
 	}
-	d.Add([]byte("a"), 3, h("z"), 3)
-	d.Add([]byte("a"), 4, h("w"), 4) // ring of 3: pid 1 falls out
-	if d.Seen([]byte("a"), 1, h("x")) || !d.Seen([]byte("a"), 2, h("y")) || !d.Seen([]byte("a"), 4, h("w")) {
-		t.Error("ring keeps the latest 3")
+	steps := []struct {
+		pid  uint16
+		v    string
+		dup  bool
+		want bool // a duplicate
+	}{
+		{1, "x", false, false},
+		{2, "y", false, false},
+		{1, "x", true, true},   // pid 1's PUBACK lost: a resend
+		{2, "x", true, false},  // pid 2 holds y: a new publication whose first copy was lost
+		{2, "x", true, true},   // ... and its resend
+		{1, "x", false, false}, // without DUP: always new
+		{3, "x", true, false},  // a DUP never seen: its first copy was lost
 	}
-	// A publication without DUP reusing id 3 ends its entry; the others
-	// keep their order (the oldest, 2, is the next to go).
-	d.Forget([]byte("a"), 3)
-	d.Add([]byte("a"), 3, h("v"), 5)
-	if d.Seen([]byte("a"), 3, h("z")) || !d.Seen([]byte("a"), 3, h("v")) || !d.Seen([]byte("a"), 2, h("y")) {
-		t.Error("Forget: pid 3 should hold only its latest content")
+	for i, s := range steps {
+		if got := d.Publication(a, s.pid, h(s.v), s.dup, uint64(10+i)); got != s.want {
+			t.Errorf("step %d %+v: duplicate %v", i, s, got)
+		}
 	}
-	d.Add([]byte("a"), 5, h("u"), 6)
-	if d.Seen([]byte("a"), 2, h("y")) || !d.Seen([]byte("a"), 4, h("w")) || !d.Seen([]byte("a"), 5, h("u")) {
-		t.Error("after Forget the ring should still drop its oldest entry first")
+	// Every packet id a client may resend is kept, however many are in
+	// flight: 60,000 publications, each resent.
+	for pid := range uint16(60_000) {
+		d.Publication([]byte("b"), pid, h("v"), false, uint64(100+int(pid)))
 	}
-	d.Add([]byte("b"), 1, h("x"), 7)
-	d.Add([]byte("c"), 1, h("x"), 8) // 2 rings at most: a (used at 6) goes
+	for pid := range uint16(60_000) {
+		if !d.Publication([]byte("b"), pid, h("v"), true, 100_000) {
+			t.Fatalf("pid %d's resend not recognised", pid)
+		}
+	}
+	// Received ends the entries up to its sequence: pid 1 (15) and 2
+	// (14) go, pid 3 (16) stays.
+	d.Received(a, 15)
+	if d.Publication(a, 1, h("x"), true, 20) || !d.Publication(a, 3, h("x"), true, 21) {
+		t.Error("Received: entries up to 15 end, the later one stays")
+	}
+	// A resend takes its entry over: a receipt before the resend does
+	// not end it.
+	d.Received(a, 20)
+	if !d.Publication(a, 3, h("x"), true, 22) {
+		t.Error("a receipt older than the resend ended its entry")
+	}
+	d.Released(a, 3)
+	if d.Publication(a, 3, h("x"), true, 23) {
+		t.Error("Released: a QoS 2 publication whose PUBREL came is not resent")
+	}
+	// Two clients at most: the least recently used goes.
+	d.Publication([]byte("c"), 1, h("x"), false, 200_000)
 	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 2 {
-		t.Errorf("rings %v: the least recently used should be evicted", d.Rings)
+		t.Errorf("clients %v: the least recently used should be evicted", slices.Collect(maps.Keys(d.Rings)))
 	}
 }
 
 func TestCheckpointRoundTrip(t *testing.T) {
-	d := NewDedupe(2, 10)
-	d.Add([]byte("a"), 1, 11, 1)
-	d.Add([]byte("a"), 2, 22, 2)
-	d.Add([]byte("a"), 3, 33, 3) // wraps: next points at the oldest
+	d := NewDedupe(10)
+	d.Publication([]byte("a"), 1, 11, false, 1)
+	d.Publication([]byte("a"), 2, 22, false, 2)
+	d.Publication([]byte("a"), 1, 33, false, 3) // pid 1 reused
 	c := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("state"), Sessions: map[string]Session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, Rings: d.Rings,
 		AwaitRel: PIDSets{"a": {7: true, 65535: true}},
 		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}},
@@ -189,8 +217,8 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) || got.Time != c.Time || got.Hold != c.Hold {
 		t.Errorf("got %+v", got)
 	}
-	if r := got.Rings["a"]; len(r.ents) != 2 || r.ents[0] != newDupEntry(2, 22) || r.ents[1] != newDupEntry(3, 33) || r.used != 3 {
-		t.Errorf("ring %+v, want oldest first {2 22} {3 33}", r)
+	if r := got.Rings["a"]; !maps.Equal(r.ents, map[uint16]dupEntry{1: {33, 3}, 2: {22, 2}}) || r.used != 3 {
+		t.Errorf("entries %+v, want pid 1 {33 3}, pid 2 {22 2}", r)
 	}
 	if !bytes.Equal(got.Encode(), b) {
 		t.Error("re-encoding differs")
@@ -214,9 +242,31 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		}
 	}
 
+	// A version 2 checkpoint's entries (a client's latest publications,
+	// oldest first, without their sequences) are read as of the client's
+	// latest publication; a later one with the same id replaces the
+	// earlier.
+	empty := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("s")}
+	v3 := empty.Encode()
+	head := len(checkpointMagic) + 1 + 1 + 1 + 2 + 1 // seq, clock, agg, no sessions
+	if v3[head] != 0 {
+		t.Fatalf("no empty dedupe section at %d: %x", head, v3)
+	}
+	old2 := append([]byte(nil), v3[:head]...)
+	old2 = append(old2, 1, 1, 'a', 7, 2, 5)
+	old2 = binary.LittleEndian.AppendUint64(old2, 0xaabb)
+	old2 = append(old2, 5)
+	old2 = binary.LittleEndian.AppendUint64(old2, 0xccdd)
+	old2 = append(old2, v3[head+1:len(v3)-4]...)
+	old2[4] = 2
+	old2 = binary.LittleEndian.AppendUint32(old2, crc32.Checksum(old2, castagnoli))
+	if got, err := DecodeCheckpoint(old2); err != nil || !maps.Equal(got.Rings["a"].ents, map[uint16]dupEntry{5: {0xccdd, 7}}) {
+		t.Errorf("version 2 entries: %v, %+v", err, got)
+	}
+
 	// A version 1 checkpoint (before the time line) still decodes, with
 	// no time line.
-	c.Time, c.Hold = TimeLine{}, Hold{}
+	c.Time, c.Hold, c.Rings = TimeLine{}, Hold{}, nil
 	v2 := c.Encode()
 	body := v2[:len(v2)-4]
 	body = body[:len(body)-(len(appendString(nil, ""))+1+4+7)] // the empty time line: "", flags, 4 zero varints; the empty hold: 7 more

@@ -1,0 +1,320 @@
+package broker
+
+import (
+	"math"
+	"net"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+)
+
+// Receipts: which acknowledgements a client has received.
+//
+// A client resends, with DUP, every QoS 1/2 publication whose PUBACK (or
+// PUBREC) it has not received, and duplicate detection (journal.Dedupe)
+// must keep an entry for each until the client has it. Writing a PUBACK
+// is not enough: it may still be in the socket's buffers when the
+// connection breaks, or the gateway stops, and then the client never gets
+// it. So the broker asks the connection's TCP stack how much of what was
+// written the client's TCP has acknowledged (TCP_INFO bytes_acked), once
+// a second for each connection with publications whose receipt is not
+// known, and notes where in the byte stream the latest acknowledgement
+// written so far ends. An acknowledgement counts as received once the
+// client's TCP acknowledged its bytes and the connection then lasted
+// receiptMargin more: a TCP proxy between the client and the gateway
+// acknowledges bytes it has not yet forwarded, and a client that crashes
+// just after its TCP took them has not read them; both break the
+// connection within the margin. What is received is journaled
+// (journal.KindReceived), every receiptEvery publications and when the
+// connection ends, and the applier drops the entries up to it.
+//
+// The cost: one getsockopt and one ioctl a second per connection that
+// published since its last receipt, and a journal record of about 30
+// bytes per receiptEvery publications.
+const (
+	receiptTick   = time.Second
+	receiptMargin = time.Second
+	receiptEvery  = 64
+	// maxMarks caps the positions kept per connection: one per tick while
+	// the client's TCP has not acknowledged them (a client that does not
+	// read is disconnected by mqtt.write_timeout).
+	maxMarks = 64
+)
+
+// unreceivedPerReceiveMaximum: a connection is not read while it has
+// this many times mqtt.receive_maximum publications whose
+// acknowledgement it is not known to have received (4,096 at the
+// default: the entries duplicate detection holds for it, 24 bytes
+// each). A client within mqtt.publish_rate_per_client never waits for
+// it: receipts lag by at most receiptTick + receiptMargin.
+const unreceivedPerReceiveMaximum = 16
+
+// mark is a point in a connection's publications: the journal sequence of
+// one, and how many were journaled up to it.
+type mark struct{ seq, n uint64 }
+
+// receipts follows one connection's acknowledgements from written to
+// received. The ackWriter's mutex guards it.
+type receipts struct {
+	journaled uint64 // QoS 1/2 publications journaled on this connection
+	wr        mark   // the latest whose acknowledgement is written
+	// syncSeq is a publication mochi acknowledges once OnPublish returns
+	// (QoS 2, retained, routed): written once the client's next packet is
+	// read.
+	syncSeq     uint64
+	syncPending bool
+	// marks are written acknowledgements by where they end in the
+	// connection's byte stream (as the TCP stack counts acknowledged
+	// bytes), oldest first.
+	marks []rawMark
+	// samples are the bytes the client's TCP had acknowledged at the
+	// latest two ticks, older first.
+	samples [2]sample
+	got     mark // received
+	told    mark // journaled as received
+}
+
+type rawMark struct {
+	end uint64
+	m   mark
+}
+
+type sample struct {
+	at    time.Time
+	acked uint64
+	ok    bool
+}
+
+// written notes that the acknowledgements of n more publications, the
+// latest journaled as last, are written.
+func (r *receipts) written(last, n uint64) {
+	r.wr.n += n
+	r.wr.seq = max(r.wr.seq, last)
+}
+
+// settleSync notes that mochi wrote the acknowledgement of the
+// publication OnPublish handed it.
+func (r *receipts) settleSync() {
+	if r.syncPending {
+		r.syncPending = false
+		r.written(r.syncSeq, 1)
+	}
+}
+
+// unreceived is how many publications the client is not known to have
+// the acknowledgement of.
+func (r *receipts) unreceived() uint64 { return r.journaled - r.got.n }
+
+// active reports whether the connection has publications whose receipt
+// is not known.
+func (r *receipts) active() bool { return r.journaled > r.got.n || len(r.marks) > 0 }
+
+// receive counts as received every mark whose bytes the client's TCP had
+// acknowledged by sample s.
+func (r *receipts) receive(s sample) {
+	if !s.ok {
+		return
+	}
+	i := 0
+	for i < len(r.marks) && r.marks[i].end <= s.acked {
+		r.got = r.marks[i].m
+		i++
+	}
+	r.marks = append(r.marks[:0], r.marks[i:]...)
+}
+
+// tick takes a sample at now: acked bytes acknowledged by the client's
+// TCP, end where what was written so far ends. The sample of the tick
+// before, at least receiptMargin old, settles the marks it covers.
+func (r *receipts) tick(now time.Time, acked, end uint64) {
+	if s := r.samples[1]; s.ok && now.Sub(s.at) >= receiptMargin {
+		r.receive(s)
+	}
+	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, ok: true}
+	if n := len(r.marks); r.wr.n > r.got.n && (n == 0 || r.marks[n-1].m.n < r.wr.n) {
+		if n == maxMarks {
+			r.marks[n-1] = rawMark{end, r.wr} // later and further: received no sooner
+		} else {
+			r.marks = append(r.marks, rawMark{end, r.wr})
+		}
+	}
+}
+
+// ended settles what the connection's end allows: the newest sample at
+// least receiptMargin older than now.
+func (r *receipts) ended(now time.Time) {
+	for i := 1; i >= 0; i-- {
+		if s := r.samples[i]; s.ok && now.Sub(s.at) >= receiptMargin {
+			r.receive(s)
+			return
+		}
+	}
+}
+
+// toTell returns the receipt to journal: every receiptEvery publications,
+// and all of them with final (the connection ended).
+func (r *receipts) toTell(final bool) (uint64, bool) {
+	if r.got.n > r.told.n && (final || r.got.n-r.told.n >= receiptEvery) {
+		r.told = r.got
+		return r.got.seq, true
+	}
+	return 0, false
+}
+
+// tcpSent returns how many bytes of c's stream the peer's TCP has
+// acknowledged and where what was written so far ends, both counted as
+// the kernel counts acknowledged bytes; ok is false when c is not a TCP
+// connection this platform can tell of. It looks through wrappers with a
+// NetConn method (TLS, WebSocket, deadlineConn): their writes have reached
+// the socket when they return.
+func tcpSent(c net.Conn) (acked, end uint64, ok bool) {
+	for {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			return tcpSentLinux(v)
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return 0, 0, false
+		}
+	}
+}
+
+// tickWithout is the sample of a connection whose TCP stack tells
+// nothing: what was written counts as received after receiptMargin, as
+// the best that can be said.
+func (r *receipts) tickWithout(now time.Time) { r.tick(now, math.MaxUint64, 0) }
+
+// tick samples the connection (the broker's receipt goroutine, once a
+// receiptTick) and returns a receipt to journal. A connection whose lock
+// is held (a write waiting for a client that does not read) is skipped.
+func (w *ackWriter) tick(now time.Time) (uint64, bool) {
+	w.mu.Lock()
+	active := w.rc.active()
+	w.mu.Unlock()
+	if !active {
+		return 0, false
+	}
+	cl := w.cl
+	if !cl.TryLock() {
+		return 0, false
+	}
+	// Under the client's lock nothing is written meanwhile: what the
+	// marks say is written is in the stream before end.
+	if cl.Closed() || cl.Net.Conn == nil {
+		cl.Unlock()
+		return 0, false
+	}
+	acked, end, ok := tcpSent(cl.Net.Conn)
+	w.mu.Lock()
+	cl.Unlock()
+	defer w.mu.Unlock()
+	got := w.rc.got
+	if ok {
+		w.rc.tick(now, acked, end)
+	} else {
+		w.rc.tickWithout(now)
+	}
+	if w.rc.got != got {
+		w.wakeLocked()
+	}
+	return w.rc.toTell(false)
+}
+
+// ended settles the connection's receipts as it ends and returns the last
+// one to journal.
+func (w *ackWriter) ended(now time.Time) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.rc.ended(now)
+	return w.rc.toTell(true)
+}
+
+// journaled counts a QoS 1/2 publication of the connection journaled as
+// seq; with sync, mochi writes its acknowledgement once OnPublish returns.
+func (w *ackWriter) journaled(seq uint64, sync bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.rc.journaled++
+	if sync {
+		w.rc.settleSync()
+		w.rc.syncSeq, w.rc.syncPending = seq, true
+	}
+}
+
+// readNext notes that the client's next packet is being read: mochi has
+// written the acknowledgement of the publication before it.
+func (w *ackWriter) readNext() {
+	w.mu.Lock()
+	w.rc.settleSync()
+	w.mu.Unlock()
+}
+
+// admit holds the client's next QoS 1/2 publication, and so the reading
+// of its socket (TCP flow control then slows the client down), while the
+// connection has rm publications in flight or maxUnreceived whose
+// acknowledgement it is not known to have received. It returns false if
+// the connection closed meanwhile, or if nothing changed for stall (no
+// PUBACK written, no receipt learnt: the client does not read, and its
+// reading is held, so no write of the gateway's waits to time out); held
+// reports that it waited.
+func (w *ackWriter) admit(rm int32, maxUnreceived uint64, stall time.Duration) (ok, held, stalled bool) {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	since := time.Now()
+	for {
+		w.mu.Lock()
+		if w.unwritten1.Load()+w.open2.Load() < rm && w.rc.unreceived() < maxUnreceived {
+			w.mu.Unlock()
+			return true, held, false
+		}
+		held = true
+		if w.changed == nil {
+			w.changed = make(chan struct{})
+		}
+		ch := w.changed
+		w.mu.Unlock()
+		if w.cl.Closed() {
+			return false, held, false
+		}
+		if time.Since(since) >= stall {
+			return false, held, true
+		}
+		// The connection's end is not signalled here: look again now
+		// and then.
+		if t == nil {
+			t = time.NewTimer(250 * time.Millisecond)
+		} else {
+			t.Reset(250 * time.Millisecond)
+		}
+		select {
+		case <-ch:
+			since = time.Now()
+		case <-t.C:
+		}
+	}
+}
+
+// watchReceipts samples every connection's receipts each receiptTick
+// until stop is closed, and journals what they tell.
+func (b *Broker) watchReceipts(stop <-chan struct{}) {
+	t := time.NewTicker(receiptTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			b.hook.clients.Range(func(k, v any) bool {
+				if upto, ok := v.(*clientInfo).acks.tick(now); ok {
+					b.j.Received(k.(*mqtt.Client).ID, upto) // an error is the journal's failure, reported by it
+				}
+				return true
+			})
+		}
+	}
+}
