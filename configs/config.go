@@ -176,6 +176,9 @@ type MQTT struct {
 	PingRate               float64  `yaml:"ping_rate_per_client"`
 	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 	WriteTimeout           Duration `yaml:"write_timeout"`
+	// MaxPasswordChecks bounds the bcrypt comparisons running at once;
+	// 0 is half the cores (GOMAXPROCS), at least 1.
+	MaxPasswordChecks int `yaml:"max_password_checks"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -933,6 +936,9 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 		if _, err := netip.ParsePrefix(n); err != nil {
 			add(fmt.Sprintf("mqtt.connect_rate_exempt[%d]", i), "%q is not a network; write it as 10.0.0.0/8 or ::1/128", n)
 		}
+	}
+	if m.MaxPasswordChecks < 0 || m.MaxPasswordChecks > 1024 {
+		add("mqtt.max_password_checks", "%d is out of range; use 0 (half the cores) or 1 to 1024 bcrypt comparisons at once", m.MaxPasswordChecks)
 	}
 	if m.PingRate < 0 {
 		add("mqtt.ping_rate_per_client", "%g is negative; use 0 (no limit) or PINGREQs per second", m.PingRate)

@@ -70,6 +70,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			PublishRate:            m.PublishRate,
 			PingRate:               m.PingRate,
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
+			PasswordChecks:         m.MaxPasswordChecks,
 			WriteTimeout:           m.WriteTimeout.D(),
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),

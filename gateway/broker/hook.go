@@ -173,7 +173,25 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		}
 		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.Anonymous}
 	default:
-		if !h.auth.Check(user, pk.Connect.Password) {
+		ok, err := h.auth.Check(user, pk.Connect.Password)
+		if errors.Is(err, auth.ErrBusy) {
+			// Not checked: as many others are (mqtt.max_password_checks).
+			// The client tries again later, as after max_clients.
+			b.mqttRefused[RefusedAuthBusy].Add(1)
+			if ok, held := b.logLimiter.Allow("auth-busy", b.now()); ok {
+				b.log.Warn("mqtt client refused: too many password checks at once (mqtt.max_password_checks)", "client", cl.ID,
+					"username", user, "remote", cl.Net.Remote, "suppressed_since_last", held)
+			}
+			code := packets.ErrServerBusy
+			if cl.Properties.ProtocolVersion < 5 {
+				code = packets.Err3ServerUnavailable
+			}
+			_ = b.server.SendConnack(cl, code, false, nil)
+			// The CONNACK is sent: stop mochi sending its own (0x86).
+			cl.Stop(fmt.Errorf("connection refused: %s", RefusedAuthBusy))
+			return false
+		}
+		if !ok {
 			return refuse("bad username or password")
 		}
 		info = &clientInfo{identity: user, role: h.acl.UserRole(user)}
