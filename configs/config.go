@@ -230,10 +230,14 @@ type ACL struct {
 
 // Role is a set of topic filters, in which {username} stands for the
 // client's identity and {clientid} for its client id, each filling whole
-// topic levels.
+// topic levels. A deny filter wins over the allowing ones: a role may
+// subscribe to "#" and be kept off "secret/#", whose messages it is then
+// never sent.
 type Role struct {
-	Publish   []string `yaml:"publish"`
-	Subscribe []string `yaml:"subscribe"`
+	Publish       []string `yaml:"publish"`
+	Subscribe     []string `yaml:"subscribe"`
+	DenyPublish   []string `yaml:"deny_publish"`
+	DenySubscribe []string `yaml:"deny_subscribe"`
 }
 
 // Aggregate sets the windowing rules.
@@ -877,6 +881,16 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 		for i, f := range r.Subscribe {
 			if err := CheckACLFilter(f); err != nil {
 				add(fmt.Sprintf("mqtt.acl.roles.%s.subscribe[%d]", name, i), "%v", err)
+			}
+		}
+		for i, f := range r.DenyPublish {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.deny_publish[%d]", name, i), "%v", err)
+			}
+		}
+		for i, f := range r.DenySubscribe {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.deny_subscribe[%d]", name, i), "%v", err)
 			}
 		}
 	}

@@ -230,9 +230,11 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if !ok {
 		// Not connected: a persistent session whose client is away (or
 		// was restored at start). Messages for it are queued: its
-		// subscriptions were checked when they were made. Nothing
-		// unconnected publishes.
-		return !write
+		// subscriptions were checked when they were made, but one may
+		// match denied topics ("#"), whose messages mochi would send
+		// unchecked when the client returns. Nothing unconnected
+		// publishes.
+		return !write && !h.acl.DeniedAway(topic, string(cl.Properties.Username), cl.ID)
 	}
 	info := v.(*clientInfo)
 	b := h.b
