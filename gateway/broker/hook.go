@@ -132,8 +132,10 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return packets.ErrConnectionRateExceeded
 	}
 	// A client that asks for no keep alive, or a longer one, would hold
-	// its socket for that long after its network vanished. MQTT 5 lets
-	// the server say so; a 3.1.1 client is held to what it asked.
+	// its socket, session and will for 1.5 times that after its network
+	// vanished. MQTT 5 lets the server say so (mqtt.max_keep_alive, 2 min
+	// by default: above the 60 s common clients ask for); a 3.1.1 client
+	// is held to what it asked.
 	if max := uint16(b.opts.MaxKeepAlive.Seconds()); cl.Properties.ProtocolVersion == 5 && (cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
 		cl.State.Keepalive = max
 		cl.State.ServerKeepalive = true
