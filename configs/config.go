@@ -176,6 +176,9 @@ type MQTT struct {
 	PingRate               float64  `yaml:"ping_rate_per_client"`
 	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 	WriteTimeout           Duration `yaml:"write_timeout"`
+	// MaxPasswordChecks bounds the bcrypt comparisons running at once;
+	// 0 is half the cores (GOMAXPROCS), at least 1.
+	MaxPasswordChecks int `yaml:"max_password_checks"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -227,10 +230,14 @@ type ACL struct {
 
 // Role is a set of topic filters, in which {username} stands for the
 // client's identity and {clientid} for its client id, each filling whole
-// topic levels.
+// topic levels. A deny filter wins over the allowing ones: a role may
+// subscribe to "#" and be kept off "secret/#", whose messages it is then
+// never sent.
 type Role struct {
-	Publish   []string `yaml:"publish"`
-	Subscribe []string `yaml:"subscribe"`
+	Publish       []string `yaml:"publish"`
+	Subscribe     []string `yaml:"subscribe"`
+	DenyPublish   []string `yaml:"deny_publish"`
+	DenySubscribe []string `yaml:"deny_subscribe"`
 }
 
 // Aggregate sets the windowing rules.
@@ -496,8 +503,15 @@ func Default() Config {
 			PublishRate:            1000,
 			// A client pings at most once per keep alive (1 s at the
 			// least); PINGREQs faster than this are a flood.
-			PingRate:     1,
-			MaxKeepAlive: Duration(10 * time.Minute),
+			PingRate: 1,
+			// A vanished MQTT 5 client holds its socket, its session's
+			// connected state and its will (a Sparkplug NDEATH) for 1.5
+			// times its keep alive: 3 min here. Common clients ask for
+			// 60 s (paho, MQTT.js) and are told nothing; one asking for
+			// more, or for none, is told 2 min, at the cost of a 2-byte
+			// PINGREQ every 2 min. Raise it for battery devices on
+			// costly links.
+			MaxKeepAlive: Duration(2 * time.Minute),
 			WriteTimeout: Duration(10 * time.Second),
 		},
 		Aggregate: Aggregate{
@@ -876,6 +890,16 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 				add(fmt.Sprintf("mqtt.acl.roles.%s.subscribe[%d]", name, i), "%v", err)
 			}
 		}
+		for i, f := range r.DenyPublish {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.deny_publish[%d]", name, i), "%v", err)
+			}
+		}
+		for i, f := range r.DenySubscribe {
+			if err := CheckACLFilter(f); err != nil {
+				add(fmt.Sprintf("mqtt.acl.roles.%s.deny_subscribe[%d]", name, i), "%v", err)
+			}
+		}
 	}
 	names := slices.Sorted(maps.Keys(roles))
 	for user, role := range m.ACL.Users {
@@ -933,6 +957,9 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 		if _, err := netip.ParsePrefix(n); err != nil {
 			add(fmt.Sprintf("mqtt.connect_rate_exempt[%d]", i), "%q is not a network; write it as 10.0.0.0/8 or ::1/128", n)
 		}
+	}
+	if m.MaxPasswordChecks < 0 || m.MaxPasswordChecks > 1024 {
+		add("mqtt.max_password_checks", "%d is out of range; use 0 (half the cores) or 1 to 1024 bcrypt comparisons at once", m.MaxPasswordChecks)
 	}
 	if m.PingRate < 0 {
 		add("mqtt.ping_rate_per_client", "%g is negative; use 0 (no limit) or PINGREQs per second", m.PingRate)

@@ -18,7 +18,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 	m := c.MQTT
 	roles := map[string]broker.Filters{}
 	for name, r := range c.Roles() {
-		roles[name] = broker.Filters{Publish: r.Publish, Subscribe: r.Subscribe}
+		roles[name] = broker.Filters{Publish: r.Publish, Subscribe: r.Subscribe, DenyPublish: r.DenyPublish, DenySubscribe: r.DenySubscribe}
 	}
 	var ss []sensors.Sensor
 	for _, s := range c.Sensors {
@@ -70,6 +70,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			PublishRate:            m.PublishRate,
 			PingRate:               m.PingRate,
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
+			PasswordChecks:         m.MaxPasswordChecks,
 			WriteTimeout:           m.WriteTimeout.D(),
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),

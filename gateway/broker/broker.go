@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -108,6 +109,11 @@ type Options struct {
 	PublishRate            float64  // publications per second per client; 0: no limit
 	PingRate               float64  // PINGREQs per second per client (bursts of pingBurst); faster ones disconnect it; 0: no limit
 	MaxKeepAlive           time.Duration
+	// PasswordChecks bounds the bcrypt comparisons running at once
+	// (CONNECTs whose password is not cached); 0: half of GOMAXPROCS, at
+	// least 1. A CONNECT that finds no slot within auth.SlotWait is
+	// refused as server busy.
+	PasswordChecks int
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.
 	WriteTimeout time.Duration
@@ -214,7 +220,13 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 		SysTopicResendInterval:   30,
 		InlineClient:             true, // publishes the gateway's sensor readings to local subscribers
 	})
-	b.hook = &hook{b: b, auth: auth.NewAuthenticator(users, o.AllowAnonymous), acl: rules,
+	checks := o.PasswordChecks
+	if checks <= 0 {
+		// Half the cores: the other half keeps up with the devices
+		// already connected while a flood of wrong passwords lasts.
+		checks = max(1, runtime.GOMAXPROCS(0)/2)
+	}
+	b.hook = &hook{b: b, auth: auth.NewAuthenticator(users, o.AllowAnonymous, checks), acl: rules,
 		conns: ratelimit.NewPerAddress(o.ConnectRate, o.ConnectBurst, o.ConnectRateExempt)}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
 		return nil, fmt.Errorf("add mqtt hook: %w", err)

@@ -133,8 +133,10 @@ func (h *hook) OnConnect(cl *mqtt.Client, pk packets.Packet) error {
 		return packets.ErrConnectionRateExceeded
 	}
 	// A client that asks for no keep alive, or a longer one, would hold
-	// its socket for that long after its network vanished. MQTT 5 lets
-	// the server say so; a 3.1.1 client is held to what it asked.
+	// its socket, session and will for 1.5 times that after its network
+	// vanished. MQTT 5 lets the server say so (mqtt.max_keep_alive, 2 min
+	// by default: above the 60 s common clients ask for); a 3.1.1 client
+	// is held to what it asked.
 	if max := uint16(b.opts.MaxKeepAlive.Seconds()); cl.Properties.ProtocolVersion == 5 && (cl.State.Keepalive == 0 || cl.State.Keepalive > max) {
 		cl.State.Keepalive = max
 		cl.State.ServerKeepalive = true
@@ -174,7 +176,25 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		}
 		info = &clientInfo{identity: cl.ID, anonymous: true, role: h.acl.Anonymous}
 	default:
-		if !h.auth.Check(user, pk.Connect.Password) {
+		ok, err := h.auth.Check(user, pk.Connect.Password)
+		if errors.Is(err, auth.ErrBusy) {
+			// Not checked: as many others are (mqtt.max_password_checks).
+			// The client tries again later, as after max_clients.
+			b.mqttRefused[RefusedAuthBusy].Add(1)
+			if ok, held := b.logLimiter.Allow("auth-busy", b.now()); ok {
+				b.log.Warn("mqtt client refused: too many password checks at once (mqtt.max_password_checks)", "client", cl.ID,
+					"username", user, "remote", cl.Net.Remote, "suppressed_since_last", held)
+			}
+			code := packets.ErrServerBusy
+			if cl.Properties.ProtocolVersion < 5 {
+				code = packets.Err3ServerUnavailable
+			}
+			_ = b.server.SendConnack(cl, code, false, nil)
+			// The CONNACK is sent: stop mochi sending its own (0x86).
+			cl.Stop(fmt.Errorf("connection refused: %s", RefusedAuthBusy))
+			return false
+		}
+		if !ok {
 			return refuse("bad username or password")
 		}
 		info = &clientInfo{identity: user, role: h.acl.UserRole(user)}
@@ -213,9 +233,11 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if !ok {
 		// Not connected: a persistent session whose client is away (or
 		// was restored at start). Messages for it are queued: its
-		// subscriptions were checked when they were made. Nothing
-		// unconnected publishes.
-		return !write
+		// subscriptions were checked when they were made, but one may
+		// match denied topics ("#"), whose messages mochi would send
+		// unchecked when the client returns. Nothing unconnected
+		// publishes.
+		return !write && !h.acl.DeniedAway(topic, string(cl.Properties.Username), cl.ID)
 	}
 	info := v.(*clientInfo)
 	b := h.b

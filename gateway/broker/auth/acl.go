@@ -14,15 +14,17 @@ const (
 
 // Filters is a set of topic filters, in which {username} stands for the
 // client's identity and {clientid} for its client id, each filling whole
-// topic levels.
+// topic levels. The deny filters win over the others.
 type Filters struct {
-	Publish, Subscribe []string
+	Publish, Subscribe         []string
+	DenyPublish, DenySubscribe []string
 }
 
 // Role is a compiled set of Filters.
 type Role struct {
-	Name     string
-	pub, sub [][]string // filters split into levels
+	Name             string
+	pub, sub         [][]string // filters split into levels
+	denyPub, denySub [][]string
 }
 
 // ACL decides what each client may publish to and subscribe to.
@@ -44,6 +46,12 @@ func NewACL(roles map[string]Filters, users, certs map[string]string, anonymous 
 		}
 		for _, f := range r.Subscribe {
 			ar.sub = append(ar.sub, strings.Split(f, "/"))
+		}
+		for _, f := range r.DenyPublish {
+			ar.denyPub = append(ar.denyPub, strings.Split(f, "/"))
+		}
+		for _, f := range r.DenySubscribe {
+			ar.denySub = append(ar.denySub, strings.Split(f, "/"))
 		}
 		a.Roles[name] = ar
 	}
@@ -87,9 +95,29 @@ func (a *ACL) CertRole(name string) *Role {
 	return a.Roles["device"]
 }
 
+// DeniedAway reports whether a message on topic is to be kept from the
+// persistent session of a client that is away (mochi queues its QoS 1/2
+// messages and sends them when it returns, unasked): a deny_subscribe
+// filter of its role matches topic. The client's identity was name
+// (empty: an anonymous client, whose identity is its client id cid);
+// whether name was a username or a certificate's is not kept with the
+// session, so the denials of either role apply.
+func (a *ACL) DeniedAway(topic, name, cid string) bool {
+	if name == "" {
+		return a.Anonymous.denied(topic, cid, cid)
+	}
+	return a.UserRole(name).denied(topic, name, cid) || a.CertRole(name).denied(topic, name, cid)
+}
+
 // CanPublish reports whether a client with identity user and client id
-// cid may publish to topic.
+// cid may publish to topic: a publish filter of the role matches it, and
+// no deny_publish filter does.
 func (r *Role) CanPublish(topic, user, cid string) bool {
+	for _, f := range r.denyPub {
+		if matchTopic(f, topic, user, cid) {
+			return false
+		}
+	}
 	for _, f := range r.pub {
 		if matchTopic(f, topic, user, cid) {
 			return true
@@ -99,8 +127,14 @@ func (r *Role) CanPublish(topic, user, cid string) bool {
 }
 
 // CanRead reports whether a message on topic may be delivered to the
-// client: a subscribe filter of the role matches it.
+// client: a subscribe filter of the role matches it, and no
+// deny_subscribe filter does. A subscription the role may make can match
+// denied topics ("#" with "secret/#" denied): their messages are kept
+// from it here.
 func (r *Role) CanRead(topic, user, cid string) bool {
+	if r.denied(topic, user, cid) {
+		return false
+	}
 	for _, f := range r.sub {
 		if matchTopic(f, topic, user, cid) {
 			return true
@@ -109,10 +143,28 @@ func (r *Role) CanRead(topic, user, cid string) bool {
 	return false
 }
 
+// denied reports whether a deny_subscribe filter of the role matches
+// topic.
+func (r *Role) denied(topic, user, cid string) bool {
+	for _, f := range r.denySub {
+		if matchTopic(f, topic, user, cid) {
+			return true
+		}
+	}
+	return false
+}
+
 // CanSubscribe reports whether the subscription filter req lies within one
-// of the role's subscribe filters: every topic req matches, the allowed
-// filter matches too.
+// of the role's subscribe filters (every topic req matches, the allowed
+// filter matches too) and not within a deny_subscribe filter (which would
+// keep every message of the subscription from it). One that matches some
+// denied topics is granted: CanRead keeps their messages from it.
 func (r *Role) CanSubscribe(req, user, cid string) bool {
+	for _, f := range r.denySub {
+		if within(f, req, user, cid) {
+			return false
+		}
+	}
 	for _, f := range r.sub {
 		if within(f, req, user, cid) {
 			return true

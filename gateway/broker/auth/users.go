@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -66,16 +67,32 @@ func LoadUsers(path string) (Users, error) {
 // A refusal costs the same whether the username exists or not: an unknown
 // one is compared against a dummy hash of the users' bcrypt cost, so the
 // time of an answer does not tell which usernames exist.
+//
+// Comparisons run in a bounded number of slots: without credentials, a few
+// hosts sending wrong passwords would otherwise keep every core busy (the
+// connection rate is per source address). A cache hit needs no slot.
 type Authenticator struct {
 	Anonymous bool
 	// compare is bcrypt.CompareHashAndPassword (a test sees what runs).
 	compare func(hash, password []byte) error
+	slots   chan struct{} // one token per comparison running
+	wait    time.Duration // for a slot, at most
 
 	mu       sync.Mutex
 	users    Users
 	dummy    []byte // compared against for unknown usernames
 	verified map[string][sha256.Size]byte
 }
+
+// ErrBusy is returned by Check when every slot stayed taken for SlotWait:
+// the credentials were not checked.
+var ErrBusy = errors.New("too many password checks at once")
+
+// SlotWait is how long a check waits for a slot before ErrBusy: a Pi
+// compares in 50–100 ms, so a check waits behind 10 or 20 others per slot
+// at most, and a flood is answered within a second instead of queueing
+// until the clients' connect timeouts.
+const SlotWait = time.Second
 
 // dummySalted is a bcrypt salt and hash (of no password anyone uses) that
 // dummyHash puts behind a cost: comparing against it costs as much as
@@ -109,39 +126,67 @@ func (a *Authenticator) SetUsers(u Users) {
 	a.mu.Unlock()
 }
 
-func NewAuthenticator(users Users, anonymous bool) *Authenticator {
-	a := &Authenticator{Anonymous: anonymous, compare: bcrypt.CompareHashAndPassword}
+// NewAuthenticator checks credentials against users, with at most slots
+// bcrypt comparisons at once (at least 1).
+func NewAuthenticator(users Users, anonymous bool, slots int) *Authenticator {
+	a := &Authenticator{Anonymous: anonymous, compare: bcrypt.CompareHashAndPassword,
+		slots: make(chan struct{}, max(1, slots)), wait: SlotWait}
 	a.SetUsers(users)
 	return a
 }
 
 // Check verifies credentials; anonymous clients are decided by the hook
-// before it gets here. Every refusal costs one bcrypt comparison.
-func (a *Authenticator) Check(user string, password []byte) bool {
+// before it gets here. It may be called concurrently. Credentials whose
+// check succeeded before are found in the cache at once; any other check
+// is one bcrypt comparison in a slot, or ErrBusy (and false) when no slot
+// came free within SlotWait. An unknown username and a wrong password
+// cost the same: the same wait, then one comparison of the same cost.
+func (a *Authenticator) Check(user string, password []byte) (bool, error) {
 	sum := sha256.Sum256(password)
 	a.mu.Lock()
 	hash, ok := a.users[user]
 	cached, hit := a.verified[user]
 	dummy := a.dummy
 	a.mu.Unlock()
+	if ok && hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
+		return true, nil
+	}
+	if !a.acquire() {
+		return false, ErrBusy
+	}
+	defer func() { <-a.slots }()
 	if !ok {
 		// Credentials were given, and they are wrong; take as long to
 		// say so as for a known user.
 		_ = a.compare(dummy, password)
-		return false
-	}
-	if hit && subtle.ConstantTimeCompare(cached[:], sum[:]) == 1 {
-		return true
+		return false, nil
 	}
 	if a.compare(hash, password) != nil {
-		return false
+		return false, nil
 	}
 	a.mu.Lock()
 	if string(a.users[user]) == string(hash) { // not replaced meanwhile
 		a.verified[user] = sum
 	}
 	a.mu.Unlock()
-	return true
+	return true, nil
+}
+
+// acquire takes a slot, waiting at most a.wait.
+func (a *Authenticator) acquire() bool {
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(a.wait)
+	defer t.Stop()
+	select {
+	case a.slots <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // CheckUsername says why name cannot be given to a new user: a username
@@ -256,3 +301,8 @@ func writeFileAtomic(path string, data []byte, check func(tmp string) error) err
 	defer d.Close()
 	return d.Sync()
 }
+
+// SetCompare replaces bcrypt.CompareHashAndPassword, which every check
+// that is not a cache hit runs (tests count and slow the comparisons).
+// Call it before the first Check.
+func (a *Authenticator) SetCompare(f func(hash, password []byte) error) { a.compare = f }

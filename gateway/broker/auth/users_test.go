@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -20,7 +22,7 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := NewAuthenticator(Users{"dev-1": hash}, false)
+	a := NewAuthenticator(Users{"dev-1": hash}, false, 1)
 	type call struct {
 		hash []byte
 		err  error
@@ -41,8 +43,8 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 		{"known user, right password", "dev-1", "pw-1", true},
 	} {
 		calls = nil
-		if got := a.Check(tc.user, []byte(tc.pass)); got != tc.want {
-			t.Errorf("%s: check = %v, want %v", tc.name, got, tc.want)
+		if got, err := a.Check(tc.user, []byte(tc.pass)); got != tc.want || err != nil {
+			t.Errorf("%s: check = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 		if len(calls) != 1 {
 			t.Errorf("%s: %d bcrypt comparisons, want 1", tc.name, len(calls))
@@ -61,7 +63,7 @@ func TestRefusalCostsABcrypt(t *testing.T) {
 	// bcrypt's default cost (what edgegate passwd writes).
 	a.SetUsers(Users{})
 	calls = nil
-	if a.Check("dev-1", []byte("pw-1")) || len(calls) != 1 {
+	if ok, _ := a.Check("dev-1", []byte("pw-1")); ok || len(calls) != 1 {
 		t.Fatalf("no users: %d comparisons, want 1", len(calls))
 	}
 	if got, _ := bcrypt.Cost(calls[0].hash); got != bcrypt.DefaultCost {
@@ -93,3 +95,57 @@ func TestUpdateUsersFileChecksBeforeReplacing(t *testing.T) {
 		t.Errorf("temporary files left: %v", m)
 	}
 }
+
+// TestCheckSlots: with every slot taken, a wrong password and an unknown
+// username alike wait SlotWait and are refused as busy without a
+// comparison, while a cached password needs no slot; a slot freed is
+// taken by a waiting check.
+func TestCheckSlots(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("pw-1"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAuthenticator(Users{"dev-1": hash}, false, 1)
+	a.wait = 50 * time.Millisecond
+	if ok, err := a.Check("dev-1", []byte("pw-1")); !ok || err != nil {
+		t.Fatalf("first check: %v, %v", ok, err)
+	}
+	var compared atomic.Int32
+	a.compare = func(h, pw []byte) error {
+		compared.Add(1)
+		return bcrypt.CompareHashAndPassword(h, pw)
+	}
+	a.slots <- struct{}{} // a comparison that goes on
+	for name, tc := range map[string]struct{ user, pass string }{
+		"wrong password": {"dev-1", "pw-2"},
+		"unknown user":   {"dev-9", "pw-1"},
+	} {
+		start := time.Now()
+		ok, err := a.Check(tc.user, []byte(tc.pass))
+		if ok || !errors.Is(err, ErrBusy) {
+			t.Errorf("%s, no slot: %v, %v; want false, ErrBusy", name, ok, err)
+		}
+		if d := time.Since(start); d < a.wait {
+			t.Errorf("%s, no slot: answered in %s, before the wait of %s", name, d, a.wait)
+		}
+	}
+	if ok, err := a.Check("dev-1", []byte("pw-1")); !ok || err != nil {
+		t.Errorf("cached password, no slot: %v, %v; want true", ok, err)
+	}
+	if n := compared.Load(); n != 0 {
+		t.Errorf("%d comparisons without a slot", n)
+	}
+	a.wait = patience
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		<-a.slots // the comparison ends
+	}()
+	if ok, err := a.Check("dev-1", []byte("pw-2")); ok || err != nil {
+		t.Errorf("wrong password, a slot freed while waiting: %v, %v; want false, nil", ok, err)
+	}
+	if n := compared.Load(); n != 1 {
+		t.Errorf("%d comparisons, want 1", n)
+	}
+}
+
+const patience = 30 * time.Second

@@ -30,8 +30,8 @@ func (b *Bucket) Take(now time.Time, rate float64, burst int) time.Duration {
 	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
 }
 
-// PerAddress limits new connections per source address; addresses in
-// the exempt prefixes are never limited.
+// PerAddress limits new connections per source address (an IPv6 /64:
+// see Key); addresses in the exempt prefixes are never limited.
 type PerAddress struct {
 	rate   float64
 	burst  int
@@ -40,6 +40,23 @@ type PerAddress struct {
 	mu      sync.Mutex
 	buckets map[netip.Addr]*Bucket
 	swept   time.Time
+}
+
+// Key returns the bucket an address's connections count against: an IPv4
+// address itself, and an IPv6 address's /64. An IPv6 host routinely holds
+// a whole /64 (SLAAC; privacy addresses rotate within it, RFC 8981) and can
+// connect from a new address each time, so its /64 is what one IPv4
+// address is. IPv4 is not keyed by its /24 too: a site's devices usually
+// share the gateway's /24, and a bucket for it would throttle the whole
+// fleet reconnecting after a restart; bcrypt's CPU, which the limit once
+// was the only guard of, is bounded by the authenticator's slots.
+func Key(a netip.Addr) netip.Addr {
+	a = a.Unmap()
+	if a.Is4() {
+		return a
+	}
+	p, _ := a.Prefix(64) // cannot fail for IPv6
+	return p.Addr()
 }
 
 // NewPerAddress allows rate new connections per second per address, with
@@ -55,6 +72,7 @@ func NewPerAddress(rate float64, burst int, exempt []string) *PerAddress {
 }
 
 // Allow reports whether a connection from remote (host:port) may proceed.
+// Exemptions apply to the address itself, the rate to its Key.
 func (l *PerAddress) Allow(remote string, now time.Time) bool {
 	if l.rate <= 0 {
 		return true
@@ -69,6 +87,7 @@ func (l *PerAddress) Allow(remote string, now time.Time) bool {
 			return true
 		}
 	}
+	addr = Key(addr)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Sub(l.swept) > time.Minute {
