@@ -84,15 +84,40 @@ func (h *ingestHandler) Reject(e *payload.Error) {
 	h.withPayload()
 }
 
+// Counted counts a refusal without its details when the dead letter
+// would keep none of them (sparkplug.Handler): it lists MaxDeadItems
+// items, and reason is among its reasons already. Past that, a
+// publication of many refused items costs a count each, not a
+// description.
+func (h *ingestHandler) Counted(reason payload.Reason) bool {
+	d := &h.dl
+	if len(d.Items) < MaxDeadItems {
+		return false
+	}
+	for i := range d.Reasons {
+		if d.Reasons[i].Reason == string(reason) {
+			if i := reasonIndex(reason); i >= 0 {
+				h.g.rejected[i].Add(1)
+			}
+			d.ItemsTotal++
+			d.Reasons[i].Count++
+			return true
+		}
+	}
+	return false
+}
+
 // refuse adds one refused item to the publication's dead letter.
 func (h *ingestHandler) refuse(it DeadItem, device string) {
 	d := &h.dl
-	detail := it.Detail
-	if it.Item != "" {
-		detail = it.Item + ": " + detail
+	detail := func() string {
+		if it.Item != "" {
+			return it.Item + ": " + it.Detail
+		}
+		return it.Detail
 	}
 	if d.Reason == "" {
-		d.Reason, d.Detail = it.Reason, detail
+		d.Reason, d.Detail = it.Reason, detail()
 		if it.HasReading {
 			d.HasReading, d.Reading = true, it.Reading
 		}
@@ -110,7 +135,7 @@ func (h *ingestHandler) refuse(it DeadItem, device string) {
 			return
 		}
 	}
-	d.Reasons = append(d.Reasons, DeadReason{Reason: it.Reason, Count: 1, Detail: detail})
+	d.Reasons = append(d.Reasons, DeadReason{Reason: it.Reason, Count: 1, Detail: detail()})
 }
 
 // withPayload puts the payload in the dead letter, once, cut to
