@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -39,6 +40,12 @@ type ingestHandler struct {
 	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
 	payOnce bool          // the payload is in dl
 	held    []heldReading // readings held until the clock is synchronized (hold.go)
+	// counted is the reason Counted last counted in this publication's
+	// dead letter: its index in g.rejected and in dl.Reasons (-1: none).
+	counted struct {
+		reason         payload.Reason
+		rejected, dead int
+	}
 }
 
 // ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
@@ -94,17 +101,20 @@ func (h *ingestHandler) Counted(reason payload.Reason) bool {
 	if len(d.Items) < MaxDeadItems {
 		return false
 	}
-	for i := range d.Reasons {
-		if d.Reasons[i].Reason == string(reason) {
-			if i := reasonIndex(reason); i >= 0 {
-				h.g.rejected[i].Add(1)
-			}
-			d.ItemsTotal++
-			d.Reasons[i].Count++
-			return true
+	c := &h.counted
+	if c.dead < 0 || c.reason != reason {
+		c.dead = slices.IndexFunc(d.Reasons, func(r DeadReason) bool { return r.Reason == string(reason) })
+		if c.dead < 0 {
+			return false
 		}
+		c.reason, c.rejected = reason, reasonIndex(reason)
 	}
-	return false
+	if c.rejected >= 0 {
+		h.g.rejected[c.rejected].Add(1)
+	}
+	d.ItemsTotal++
+	d.Reasons[c.dead].Count++
+	return true
 }
 
 // refuse adds one refused item to the publication's dead letter.
@@ -211,7 +221,7 @@ func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time)
 		// encoded what it needs.
 		*d = DeadLetter{Payload: d.Payload[:0], Reasons: d.Reasons[:0], Items: clearItems(d.Items)}
 	}
-	h.payload, h.payOnce = nil, false
+	h.payload, h.payOnce, h.counted.dead = nil, false, -1
 	g.holdPublication(topic, client)
 	if matched {
 		g.publishes.Add(1)
