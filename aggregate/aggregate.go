@@ -380,6 +380,9 @@ type Aggregator struct {
 	added                    bool    // a reading arrived since the last Tick
 	last                     *device // the device of the latest lookup
 	store                    Store   // closed windows beyond the RAM cache; nil keeps them all in RAM
+	// forgotten are the devices Forget dropped since Horizons last
+	// reported them.
+	forgotten map[string]bool
 }
 
 // New returns an Aggregator. clk is the clock used for future-skew checks,
@@ -632,6 +635,7 @@ func (a *Aggregator) lookup(r Reading) *series {
 			return nil
 		}
 		d = &device{id: cloneString(r.Device)}
+		delete(a.forgotten, d.id)
 		a.devices[d.id] = d
 		a.devList = append(a.devList, d)
 	}
@@ -733,6 +737,41 @@ func (a *Aggregator) closeDevice(d *device, limit int64) {
 			return true
 		})
 	}
+}
+
+// Forget drops a device, for a caller that knows it is gone (a Sparkplug
+// edge node dead for its horizon): its open windows are closed and
+// emitted as an idle close would, and its series and watermark are
+// dropped, so that what it held no longer counts against MaxDevices and
+// the snapshot. Closed windows kept for revisions stay where they are and
+// expire as before. A later reading makes the device again, with a new
+// watermark: a late reading for a window closed before is a revision when
+// the window's state is found (in the cache or the Store, once the new
+// watermark has passed the window), and otherwise opens the window
+// afresh. It reports whether the device was held.
+func (a *Aggregator) Forget(device string) bool {
+	d := a.devices[device]
+	if d == nil {
+		return false
+	}
+	if d.open > 0 {
+		a.closeDevice(d, math.MaxInt64)
+	}
+	for _, s := range d.series {
+		delete(a.series, seriesKey{d.id, s.metric})
+	}
+	delete(a.devices, device)
+	if a.forgotten == nil {
+		a.forgotten = map[string]bool{}
+	}
+	a.forgotten[d.id] = true
+	if i := slices.Index(a.devList, d); i >= 0 {
+		a.devList = slices.Delete(a.devList, i, i+1)
+	}
+	if a.last == d {
+		a.last = nil
+	}
+	return true
 }
 
 // Tick closes the windows of devices that have been silent for IdleClose
@@ -882,8 +921,8 @@ func (a *Aggregator) expire() {
 	for a.head < len(a.order) {
 		k := a.order[a.head]
 		if _, ok := a.retained[k]; ok {
-			d := a.devices[k.dev]
-			if k.start+a.window+late > d.watermark(a.cfg.MaxOutOfOrder) {
+			// A forgotten device's (Forget) expire whenever they are met.
+			if d := a.devices[k.dev]; d != nil && k.start+a.window+late > d.watermark(a.cfg.MaxOutOfOrder) {
 				return
 			}
 		}

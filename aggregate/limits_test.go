@@ -2,9 +2,11 @@ package aggregate
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"runtime"
 	"testing"
+	"time"
 )
 
 // TestSeriesLimits: a reading that would make a series beyond
@@ -154,4 +156,44 @@ func heapInUse() int64 {
 	runtime.GC()
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
+}
+
+// TestForget: a forgotten device's open windows are emitted, it no longer
+// counts against MaxDevices, Horizons reports it once so that its stored
+// windows go, and a later reading makes it again.
+func TestForget(t *testing.T) {
+	var out []Summary
+	at := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	clk := &stepClock{wall: at, elapsed: time.Hour, synced: true}
+	cfg := testConfig()
+	cfg.MaxDevices = 2
+	a, err := New(cfg, clk, func(s Summary) { out = append(out, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(dev string) Outcome { return a.Add(Reading{Device: dev, Metric: "m", Time: at, Value: 1}) }
+	if add("a") != Aggregated || add("b") != Aggregated || add("c") != TooManySeries {
+		t.Fatal("MaxDevices not reached")
+	}
+	if !a.Forget("a") || a.Forget("a") || len(out) != 1 || out[0].Device != "a" || a.Devices() != 1 || a.Series() != 1 {
+		t.Fatalf("after Forget: %d summaries, %d devices, %d series", len(out), a.Devices(), a.Series())
+	}
+	if add("c") != Aggregated {
+		t.Fatal("the forgotten device's place not free")
+	}
+	var reported []string
+	a.Horizons(func(dev string, before int64) {
+		if before == math.MaxInt64 {
+			reported = append(reported, dev)
+		}
+	})
+	a.Horizons(func(dev string, before int64) {
+		if before == math.MaxInt64 {
+			t.Errorf("%s reported twice", dev)
+		}
+	})
+	if len(reported) != 1 || reported[0] != "a" {
+		t.Errorf("Horizons reported %v forgotten", reported)
+	}
+	a.Tick() // expire meets the forgotten device's retained window
 }

@@ -1,5 +1,11 @@
 package aggregate
 
+import (
+	"maps"
+	"math"
+	"slices"
+)
+
 // WindowState is a closed window as a Store keeps it: everything needed to
 // revise it with later readings.
 type WindowState struct {
@@ -53,8 +59,14 @@ func (a *Aggregator) TakeDirty(fn func(device, metric string, w WindowState)) {
 // Horizons calls fn, for every device, with the start time (Unix ns)
 // below which the closed windows of its series can no longer be revised:
 // they may be deleted from the store. It is per device, since series
-// without open windows are not kept in RAM.
+// without open windows are not kept in RAM. A device dropped by Forget
+// (and not made again since) is reported once, with math.MaxInt64: its
+// stored windows go.
 func (a *Aggregator) Horizons(fn func(device string, before int64)) {
+	for _, dev := range slices.Sorted(maps.Keys(a.forgotten)) {
+		fn(dev, math.MaxInt64)
+	}
+	clear(a.forgotten)
 	for _, d := range a.devList {
 		if !d.hasEvent {
 			continue

@@ -65,9 +65,18 @@ type Sparkplug struct {
 	// counted and not aggregated.
 	Booleans bool `yaml:"booleans"`
 	// MaxNodes bounds the edge nodes the host keeps state for;
-	// MaxMetricsPerNode the metric definitions (and devices) of one.
+	// MaxMetricsPerNode the metric definitions (and devices) of one;
+	// MaxDevicesPerNode the devices of one; MaxMetrics the metric
+	// definitions and devices of all. A device-role identity is one edge
+	// node (its first NBIRTH's group), so these bound what one identity
+	// can make the host hold.
 	MaxNodes          int `yaml:"max_nodes"`
 	MaxMetricsPerNode int `yaml:"max_metrics_per_node"`
+	MaxDevicesPerNode int `yaml:"max_devices_per_node"`
+	MaxMetrics        int `yaml:"max_metrics"`
+	// ForgetAfter is how long an edge node stays known after its death,
+	// and a device after it went offline, while nothing is heard of it.
+	ForgetAfter Duration `yaml:"forget_after"`
 }
 
 // Sensor is an I²C sensor the gateway polls itself. Its readings enter the
@@ -545,7 +554,9 @@ func Default() Config {
 		HTTP:    HTTP{Listen: "127.0.0.1:9100"},
 		Log:     Log{Level: "info", Format: "text"},
 		Sparkplug: Sparkplug{RebirthInterval: Duration(sparkplug.DefaultRebirthInterval), DeviceSeparator: sparkplug.DefaultSeparator,
-			MaxNodes: sparkplug.DefaultMaxNodes, MaxMetricsPerNode: sparkplug.DefaultMaxMetricsPerNode},
+			MaxNodes: sparkplug.DefaultMaxNodes, MaxMetricsPerNode: sparkplug.DefaultMaxMetricsPerNode,
+			MaxDevicesPerNode: sparkplug.DefaultMaxDevicesPerNode, MaxMetrics: sparkplug.DefaultMaxMetrics,
+			ForgetAfter: Duration(sparkplug.DefaultForgetAfter)},
 	}
 }
 
@@ -1020,6 +1031,17 @@ func (c *Config) validateSparkplug(add func(string, string, ...any)) {
 	}
 	if sp.MaxMetricsPerNode < 1 || sp.MaxMetricsPerNode > 1_000_000 {
 		add("sparkplug.max_metrics_per_node", "%d is out of range; use 1 to 1000000 (the default is 10000)", sp.MaxMetricsPerNode)
+	}
+	if sp.MaxDevicesPerNode < 1 || sp.MaxDevicesPerNode > 100_000 {
+		add("sparkplug.max_devices_per_node", "%d is out of range; use 1 to 100000 (the default is 100)", sp.MaxDevicesPerNode)
+	}
+	if sp.MaxMetrics < 1 || sp.MaxMetrics > 10_000_000 {
+		add("sparkplug.max_metrics", "%d is out of range; use 1 to 10000000 (the default is 100000: about 14 MiB of host state)", sp.MaxMetrics)
+	} else if sp.MaxMetrics < sp.MaxMetricsPerNode && sp.MaxMetricsPerNode <= 1_000_000 {
+		add("sparkplug.max_metrics", "%d is below sparkplug.max_metrics_per_node (%d); raise it to at least that, or lower max_metrics_per_node", sp.MaxMetrics, sp.MaxMetricsPerNode)
+	}
+	if d := sp.ForgetAfter.D(); d < time.Minute || d > 365*24*time.Hour {
+		add("sparkplug.forget_after", "%s is out of range; use 1m to 8760h (the default is 24h: a dead edge node is listed that long)", d)
 	}
 	if !sp.Enabled {
 		return

@@ -182,7 +182,8 @@ func TestSparkplugConfig(t *testing.T) {
 	}
 	o := c.GatewayOptions(nil).Sparkplug
 	if o == nil || o.HostID != "scada-1" || len(o.Groups) != 2 || o.Groups[1] != "Plant B" || o.RebirthInterval != 30*time.Second ||
-		o.Separator != ":" || !o.Booleans || o.MaxNodes != 50 || o.MaxMetricsPerNode != 2000 {
+		o.Separator != ":" || !o.Booleans || o.MaxNodes != 50 || o.MaxMetricsPerNode != 2000 ||
+		o.MaxDevicesPerNode != 20 || o.MaxMetrics != 5000 || o.ForgetAfter != 2*time.Hour {
 		t.Fatalf("sparkplug options %+v", o)
 	}
 	dev := c.Roles()["device"]

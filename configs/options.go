@@ -29,7 +29,8 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 	if c.Sparkplug.Enabled {
 		sp = &sparkplug.Options{HostID: c.SparkplugHostID(), Groups: c.Sparkplug.Groups, RebirthInterval: c.Sparkplug.RebirthInterval.D(),
 			Separator: c.Sparkplug.DeviceSeparator, Booleans: c.Sparkplug.Booleans, MaxNodes: c.Sparkplug.MaxNodes,
-			MaxMetricsPerNode: c.Sparkplug.MaxMetricsPerNode}
+			MaxMetricsPerNode: c.Sparkplug.MaxMetricsPerNode, MaxDevicesPerNode: c.Sparkplug.MaxDevicesPerNode,
+			MaxMetrics: c.Sparkplug.MaxMetrics, ForgetAfter: c.Sparkplug.ForgetAfter.D()}
 	}
 	return gateway.Options{
 		Sparkplug:          sp,

@@ -434,6 +434,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.ing.device, g.ing.local = "", false
 	case journal.KindTick:
 		g.ticks++
+		g.expireSparkplug()
 		g.agg.Tick()
 	case journal.KindFlush:
 		g.agg.Flush()
@@ -569,7 +570,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			// idle gateway does not fsync every second.
 			g.mu.Lock()
 			el := g.tl.elapsedAt(g.clk.BootID(), g.clk.Monotonic(), g.clk.Now())
-			due := g.agg.TickDue(el) || g.holdDue(el)
+			due := g.agg.TickDue(el) || g.holdDue(el) || g.sparkplugDue(el)
 			g.mu.Unlock()
 			if due {
 				g.j.Clock(journal.KindTick) // an error here is the journal's failure, reported below

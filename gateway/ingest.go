@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -39,6 +40,12 @@ type ingestHandler struct {
 	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
 	payOnce bool          // the payload is in dl
 	held    []heldReading // readings held until the clock is synchronized (hold.go)
+	// counted is the reason Counted last counted in this publication's
+	// dead letter: its index in g.rejected and in dl.Reasons (-1: none).
+	counted struct {
+		reason         payload.Reason
+		rejected, dead int
+	}
 }
 
 // ReasonDeviceNotAllowed is the dead-letter reason of a reading that names
@@ -84,15 +91,43 @@ func (h *ingestHandler) Reject(e *payload.Error) {
 	h.withPayload()
 }
 
+// Counted counts a refusal without its details when the dead letter
+// would keep none of them (sparkplug.Handler): it lists MaxDeadItems
+// items, and reason is among its reasons already. Past that, a
+// publication of many refused items costs a count each, not a
+// description.
+func (h *ingestHandler) Counted(reason payload.Reason) bool {
+	d := &h.dl
+	if len(d.Items) < MaxDeadItems {
+		return false
+	}
+	c := &h.counted
+	if c.dead < 0 || c.reason != reason {
+		c.dead = slices.IndexFunc(d.Reasons, func(r DeadReason) bool { return r.Reason == string(reason) })
+		if c.dead < 0 {
+			return false
+		}
+		c.reason, c.rejected = reason, reasonIndex(reason)
+	}
+	if c.rejected >= 0 {
+		h.g.rejected[c.rejected].Add(1)
+	}
+	d.ItemsTotal++
+	d.Reasons[c.dead].Count++
+	return true
+}
+
 // refuse adds one refused item to the publication's dead letter.
 func (h *ingestHandler) refuse(it DeadItem, device string) {
 	d := &h.dl
-	detail := it.Detail
-	if it.Item != "" {
-		detail = it.Item + ": " + detail
+	detail := func() string {
+		if it.Item != "" {
+			return it.Item + ": " + it.Detail
+		}
+		return it.Detail
 	}
 	if d.Reason == "" {
-		d.Reason, d.Detail = it.Reason, detail
+		d.Reason, d.Detail = it.Reason, detail()
 		if it.HasReading {
 			d.HasReading, d.Reading = true, it.Reading
 		}
@@ -110,7 +145,7 @@ func (h *ingestHandler) refuse(it DeadItem, device string) {
 			return
 		}
 	}
-	d.Reasons = append(d.Reasons, DeadReason{Reason: it.Reason, Count: 1, Detail: detail})
+	d.Reasons = append(d.Reasons, DeadReason{Reason: it.Reason, Count: 1, Detail: detail()})
 }
 
 // withPayload puts the payload in the dead letter, once, cut to
@@ -186,7 +221,7 @@ func (g *Gateway) ingestLocked(topic, client string, body []byte, now time.Time)
 		// encoded what it needs.
 		*d = DeadLetter{Payload: d.Payload[:0], Reasons: d.Reasons[:0], Items: clearItems(d.Items)}
 	}
-	h.payload, h.payOnce = nil, false
+	h.payload, h.payOnce, h.counted.dead = nil, false, -1
 	g.holdPublication(topic, client)
 	if matched {
 		g.publishes.Add(1)

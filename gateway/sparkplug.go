@@ -33,7 +33,8 @@ func (g *Gateway) WillTopic(topic string) bool {
 
 // ingestSparkplug applies one journaled Sparkplug publication, with g.mu
 // held. A publisher of the device role (its identity journaled with the
-// publication) may speak for the edge node of its identity only.
+// publication) may speak for the edge node of its identity only, and the
+// host binds it to one group (the first it births in).
 func (g *Gateway) ingestSparkplug(t sparkplug.Topic, body []byte, now time.Time, h *ingestHandler) {
 	if h.device != "" && t.Node != h.device {
 		g.notAllowed.Add(1)
@@ -45,8 +46,28 @@ func (g *Gateway) ingestSparkplug(t sparkplug.Topic, body []byte, now time.Time,
 	// topic check above is the one that applies.
 	own := h.device
 	h.device = ""
-	g.sp.Apply(t, body, now, h)
+	g.sp.Apply(t, body, sparkplug.Event{Now: now, Elapsed: time.Duration(g.tl.Elapsed), Identity: own}, h)
 	h.device = own
+}
+
+// expireSparkplug forgets the edge nodes and devices due at a tick, with
+// g.mu held.
+func (g *Gateway) expireSparkplug() {
+	if g.sp != nil {
+		g.sp.Expire(time.Duration(g.tl.Elapsed), &g.ing)
+	}
+}
+
+// sparkplugDue reports whether a tick at elapsed time el would forget an
+// edge node or a device (so that the tick is journaled).
+func (g *Gateway) sparkplugDue(el time.Duration) bool {
+	return g.sp != nil && g.sp.Due(el)
+}
+
+// Forget drops a forgotten edge node's or device's readings' device from
+// the aggregator (sparkplug.Handler).
+func (h *ingestHandler) Forget(device string) {
+	h.g.agg.Forget(device)
 }
 
 // Rebirth asks an edge node for a new BIRTH (sparkplug.Handler): an NCMD
@@ -96,7 +117,7 @@ func (g *Gateway) restoreSparkplug(snap []byte) {
 		}
 		return
 	}
-	if err := g.sp.Restore(snap); err != nil {
+	if err := g.sp.Restore(snap, time.Duration(g.tl.Elapsed)); err != nil {
 		g.log.Error("sparkplug host state in the checkpoint undecodable; edge nodes are asked to rebirth on their next DATA", "err", err)
 	}
 }

@@ -34,6 +34,7 @@ var AllReasons = [...]Reason{
 	ReasonEmpty, ReasonTooLarge, ReasonInvalidJSON, ReasonNotNumber, ReasonNonFinite, ReasonRange,
 	ReasonTimestamp, ReasonUnsupported, ReasonNoValue, ReasonName, ReasonForm,
 	ReasonProtobuf, ReasonUnknownAlias, ReasonNoBirth, ReasonTooManyNodes, ReasonTooManyMetrics,
+	ReasonTooManyDevices, ReasonIdentityBound,
 }
 
 // Error says why a payload, or one item of it, could not become a reading.

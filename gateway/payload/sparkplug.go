@@ -37,6 +37,11 @@ const (
 	// sparkplug.max_metrics_per_node.
 	ReasonTooManyNodes   Reason = "sparkplug_too_many_nodes"
 	ReasonTooManyMetrics Reason = "sparkplug_too_many_metrics"
+	// ReasonTooManyDevices: a device over sparkplug.max_devices_per_node.
+	ReasonTooManyDevices Reason = "sparkplug_too_many_devices"
+	// ReasonIdentityBound: a device-role publisher speaks for an edge node
+	// other than the one its identity is bound to (its first NBIRTH's).
+	ReasonIdentityBound Reason = "sparkplug_identity_bound"
 )
 
 // Sparkplug datatypes (Sparkplug 3.0 §6.4.16).

@@ -10,11 +10,21 @@
 // event's journaled time, under its lock, so a replay after a crash
 // rebuilds the same state; AppendSnapshot and Restore carry it in the
 // checkpoint.
+//
+// What one publisher can make it hold is bounded: a device-role identity
+// (whose edge node id is its identity, by the ACL) is bound to one edge
+// node, the first it births (Event.Identity), which holds at most
+// MaxDevicesPerNode devices and MaxMetricsPerNode metric definitions;
+// MaxNodes and MaxMetrics bound all edge nodes together. An edge node
+// dead for ForgetAfter of the journal's elapsed time, and a device offline
+// that long, are forgotten, and so are their readings' devices in the
+// aggregator (Handler.Forget).
 package sparkplug
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -43,6 +53,9 @@ const (
 	DefaultSeparator         = "/"
 	DefaultMaxNodes          = 1000
 	DefaultMaxMetricsPerNode = 10000
+	DefaultMaxDevicesPerNode = 100
+	DefaultMaxMetrics        = 100_000
+	DefaultForgetAfter       = 24 * time.Hour
 )
 
 // Options configures the host (the sparkplug section of the
@@ -66,6 +79,31 @@ type Options struct {
 	// definitions of one edge node and its devices.
 	MaxNodes          int
 	MaxMetricsPerNode int
+	// MaxDevicesPerNode bounds the devices of one edge node; MaxMetrics
+	// the metric definitions and devices of all edge nodes together.
+	MaxDevicesPerNode int
+	MaxMetrics        int
+	// ForgetAfter is how long an edge node stays known after its death
+	// (NDEATH, or its will), and a device after it went offline, while
+	// nothing is heard of it: by elapsed time (Event.Elapsed).
+	ForgetAfter time.Duration
+}
+
+// Event is what the journal records of a Sparkplug publication besides its
+// topic and body: everything Apply depends on, so a replay decides the
+// same.
+type Event struct {
+	// Now is the gateway time of its arrival: the time of readings
+	// without timestamps, the clock of rebirth requests and of LastSeen.
+	Now time.Time
+	// Elapsed is the journal's elapsed time at its arrival (monotonic,
+	// never backwards, not counting time the gateway was down): the
+	// clock of ForgetAfter.
+	Elapsed time.Duration
+	// Identity is the publisher's identity if it has the device role,
+	// whose edge node id it is (the gateway refuses other node ids before
+	// Apply); "" for a publisher of another role, bound to nothing.
+	Identity string
 }
 
 // Topic is a parsed Sparkplug topic: spBv1.0/<group>/<type>/<node>[/<device>].
@@ -101,8 +139,19 @@ func ParseTopic(topic string) (t Topic, ok bool) {
 type Host struct {
 	opts  Options
 	nodes map[string]*node // by group + "/" + node id
-	p     payload.SparkplugPayload
-	c     counters
+	// bound is the edge node each device-role identity is bound to, by
+	// identity (its node id).
+	bound map[string]*node
+	// defs counts the metric definitions and devices of all edge nodes
+	// (MaxMetrics), except for the message being applied, whose node's
+	// are counted in base until it is done.
+	defs, base int
+	// elapsed is the Event.Elapsed of the message being applied (ns);
+	// nextForget the elapsed time at or after which an edge node or a
+	// device may be due to be forgotten (0: none is offline).
+	elapsed, nextForget int64
+	p                   payload.SparkplugPayload
+	c                   counters
 }
 
 type counters struct {
@@ -121,7 +170,20 @@ type counters struct {
 	tooManyNodes     uint64
 	readings         uint64
 	deathsOfSessions uint64 // NDEATHs that ended the session they name
+	tooManyDevices   uint64
+	identityBound    uint64 // messages of a device identity for an edge node other than its own
+	forgotten        [numForgets]uint64
 }
+
+// Why an edge node or a device was forgotten.
+const (
+	forgotDead     = iota // an edge node dead for ForgetAfter
+	forgotReplaced        // an offline edge node whose identity births another
+	forgotSilent          // a device offline for ForgetAfter
+	numForgets
+)
+
+var forgetReasons = [numForgets]string{"node_dead", "node_replaced", "device_silent"}
 
 var msgTypes = [6]string{NBirth, NData, NDeath, DBirth, DData, DDeath}
 
@@ -136,9 +198,12 @@ type node struct {
 	// request; 0: none.
 	lastRebirth int64
 	lastSeen    int64
-	devices     map[string]*device // by device id; "" is the node itself
-	aliases     map[uint64]int32   // alias → index in metrics
-	metrics     []metricDef
+	seenAt      int64 // Event.Elapsed of its latest message (ns)
+	// bound: its device-role identity (its id) is bound to it.
+	bound   bool
+	devices map[string]*device // by device id; "" is the node itself
+	aliases map[uint64]int32   // alias → index in metrics
+	metrics []metricDef
 }
 
 type device struct {
@@ -146,6 +211,7 @@ type device struct {
 	name   string // the device name of its readings
 	online bool
 	born   bool
+	seenAt int64            // Event.Elapsed of its latest message (ns)
 	byName map[string]int32 // metric name → index in node.metrics
 }
 
@@ -166,6 +232,15 @@ type Handler interface {
 	// Node Control/Rebirth). It is called at most once per
 	// Options.RebirthInterval per edge node, by event time.
 	Rebirth(group, node string)
+	// Counted reports whether a refusal for reason was counted without
+	// its details: the message's dead letter lists no more items, and
+	// names this reason already. The host then does not make the
+	// refusal (a message of 60,000 unknown aliases costs a count each).
+	Counted(reason payload.Reason) bool
+	// Forget says that the readings of device (an edge node's or a
+	// device's name) will not be held: the edge node or device was
+	// forgotten.
+	Forget(device string)
 }
 
 // New returns an empty host; zero options take their defaults.
@@ -182,7 +257,16 @@ func New(o Options) *Host {
 	if o.MaxMetricsPerNode <= 0 {
 		o.MaxMetricsPerNode = DefaultMaxMetricsPerNode
 	}
-	return &Host{opts: o, nodes: map[string]*node{}}
+	if o.MaxDevicesPerNode <= 0 {
+		o.MaxDevicesPerNode = DefaultMaxDevicesPerNode
+	}
+	if o.MaxMetrics <= 0 {
+		o.MaxMetrics = DefaultMaxMetrics
+	}
+	if o.ForgetAfter <= 0 {
+		o.ForgetAfter = DefaultForgetAfter
+	}
+	return &Host{opts: o, nodes: map[string]*node{}, bound: map[string]*node{}}
 }
 
 // Options returns the host's options, defaults filled in.
@@ -237,10 +321,11 @@ func msgIndex(typ string) int {
 }
 
 // Apply applies one Sparkplug publication on topic t (as Ingests returned
-// it), which arrived at now (the journaled time: the clock of readings
-// without timestamps and of rebirth rates). Everything it does depends
-// on the message and the state alone.
-func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
+// it), journaled as ev says. Everything it does depends on the message,
+// ev and the state alone. First it forgets what is due (Expire).
+func (h *Host) Apply(t Topic, body []byte, ev Event, out Handler) {
+	h.Expire(ev.Elapsed, out)
+	now := ev.Now
 	if i := msgIndex(t.Type); i >= 0 {
 		h.c.messages[i]++
 	}
@@ -253,6 +338,18 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 	}
 	key := nodeKey(t.Group, t.Node)
 	n := h.nodes[key]
+	if ev.Identity != "" {
+		if b := h.bound[ev.Identity]; b != nil && b != n {
+			if t.Type != NBirth || b.online {
+				h.c.identityBound++
+				out.Reject(&payload.Error{Reason: payload.ReasonIdentityBound, Item: key,
+					Detail: "the publisher's identity is bound to edge node " + b.group + "/" + b.id + " (its first NBIRTH); it may birth in another group once that node is offline (its NDEATH)"})
+				return
+			}
+			// The node moves to another group: one node per identity.
+			h.forgetNode(b, forgotReplaced, out)
+		}
+	}
 	if n == nil {
 		if t.Type == NDeath {
 			h.c.staleDeaths++ // of a session the host never saw: nothing to end
@@ -261,7 +358,7 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 		if len(h.nodes) >= h.opts.MaxNodes {
 			h.c.tooManyNodes++
 			out.Reject(&payload.Error{Reason: payload.ReasonTooManyNodes, Item: key,
-				Detail: fmt.Sprintf("a new edge node over sparkplug.max_nodes (%d); raise it, or end the sessions of nodes that are gone (their NDEATH)", h.opts.MaxNodes)})
+				Detail: fmt.Sprintf("a new edge node over sparkplug.max_nodes (%d); raise it, or end the sessions of nodes that are gone (their NDEATH; they are forgotten after sparkplug.forget_after)", h.opts.MaxNodes)})
 			return
 		}
 		// The topic aliases the caller's record, which is reused: the
@@ -269,7 +366,14 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 		n = &node{group: strings.Clone(t.Group), id: strings.Clone(t.Node), name: t.Group + h.opts.Separator + t.Node, bdSeq: -1, seq: -1}
 		h.nodes[key] = n
 	}
+	if ev.Identity != "" && !n.bound {
+		n.bound = true
+		h.bound[n.id] = n
+	}
 	n.lastSeen = now.UnixNano()
+	n.seenAt = h.elapsed
+	h.base = n.size()
+	defer func() { h.defs += n.size() - h.base; h.base = 0 }()
 	switch t.Type {
 	case NBirth:
 		h.nbirth(n, now, out)
@@ -292,6 +396,7 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 			h.beforeBirth(n, t, now, out, "a DDATA of a device whose DBIRTH the host has not seen in this session")
 			return
 		}
+		d.seenAt = h.elapsed
 		h.data(n, d, now, out)
 	case DDeath:
 		if !h.checkSession(n, t, now, out) {
@@ -300,7 +405,105 @@ func (h *Host) Apply(t Topic, body []byte, now time.Time, out Handler) {
 		if d := n.devices[t.Device]; d != nil {
 			h.dropDevice(n, t.Device)
 			d.online, d.born = false, false
+			d.seenAt = h.elapsed
+			h.due(d.seenAt)
 		}
+	}
+}
+
+// size is what a node counts in Host.defs.
+func (n *node) size() int { return len(n.metrics) + len(n.devices) }
+
+// total returns the metric definitions and devices of all edge nodes,
+// while a message of n is applied.
+func (h *Host) total(n *node) int { return h.defs - h.base + n.size() }
+
+// due notes that something offline since seenAt (elapsed ns) is to be
+// forgotten ForgetAfter later.
+func (h *Host) due(seenAt int64) {
+	at := seenAt + int64(h.opts.ForgetAfter)
+	if h.nextForget == 0 || at < h.nextForget {
+		h.nextForget = at
+	}
+}
+
+// Due reports whether Expire at elapsed time elapsed would forget
+// something (for a caller that journals ticks only when they can change
+// anything).
+func (h *Host) Due(elapsed time.Duration) bool {
+	return h.nextForget != 0 && int64(elapsed) >= h.nextForget
+}
+
+// Expire forgets, as of elapsed time elapsed (the journal's, of the event
+// being applied: never a live clock), the edge nodes dead and the devices
+// offline for ForgetAfter, in the order of their names (the aggregator
+// emits what Forget closes in that order, the same in a replay), and
+// tells out of each reading device no longer held.
+func (h *Host) Expire(elapsed time.Duration, out Handler) {
+	h.elapsed = max(h.elapsed, int64(elapsed))
+	if !h.Due(time.Duration(h.elapsed)) {
+		return
+	}
+	h.scan(out)
+}
+
+// scan forgets what is due (with out; nil: nothing, only the next time is
+// found) and sets nextForget.
+func (h *Host) scan(out Handler) {
+	horizon := int64(h.opts.ForgetAfter)
+	h.nextForget = 0
+	var nodes, devices []string
+	for k, n := range h.nodes {
+		if !n.online {
+			if h.elapsed-n.seenAt >= horizon && out != nil {
+				nodes = append(nodes, k)
+			} else {
+				h.due(n.seenAt)
+			}
+			continue
+		}
+		for id, d := range n.devices {
+			if id == "" || d.online {
+				continue
+			}
+			if h.elapsed-d.seenAt >= horizon && out != nil {
+				devices = append(devices, k+"\x00"+id)
+			} else {
+				h.due(d.seenAt)
+			}
+		}
+	}
+	slices.Sort(nodes)
+	for _, k := range nodes {
+		h.forgetNode(h.nodes[k], forgotDead, out)
+	}
+	slices.Sort(devices)
+	for _, kd := range devices {
+		k, id, _ := strings.Cut(kd, "\x00")
+		n := h.nodes[k]
+		d := n.devices[id]
+		h.dropDevice(n, id)
+		delete(n.devices, id)
+		h.defs--
+		h.c.forgotten[forgotSilent]++
+		out.Forget(d.name)
+	}
+}
+
+// forgetNode drops an edge node and its devices, and their readings'
+// devices in the aggregator.
+func (h *Host) forgetNode(n *node, why int, out Handler) {
+	h.c.forgotten[why]++
+	h.defs -= n.size()
+	if n.devices[""] == nil {
+		out.Forget(n.name) // never born, but it may have had readings
+	}
+	for _, id := range slices.Sorted(maps.Keys(n.devices)) {
+		out.Forget(n.devices[id].name)
+	}
+	delete(h.nodes, nodeKey(n.group, n.id))
+	if n.bound && h.bound[n.id] == n {
+		delete(h.bound, n.id)
 	}
 }
 
@@ -356,13 +559,16 @@ func (h *Host) nbirth(n *node, now time.Time, out Handler) {
 	// The devices of the old session stay listed, offline, until their
 	// DBIRTH.
 	for _, d := range n.devices {
+		if d.online {
+			h.due(d.seenAt)
+		}
 		d.online, d.born = false, false
 		clear(d.byName)
 	}
 	if n.devices == nil {
 		n.devices = map[string]*device{}
 	}
-	n.devices[""] = &device{name: n.name, online: true, born: true, byName: map[string]int32{}}
+	n.devices[""] = &device{name: n.name, online: true, born: true, seenAt: h.elapsed, byName: map[string]int32{}}
 	if n.aliases == nil {
 		n.aliases = map[uint64]int32{}
 	}
@@ -385,18 +591,25 @@ func (h *Host) dbirth(n *node, id string, now time.Time, out Handler) {
 	h.dropDevice(n, id)
 	d := n.devices[id]
 	if d == nil {
-		// Each device costs a metric definition's worth of the bound.
-		if len(n.devices)+len(n.metrics) >= h.opts.MaxMetricsPerNode {
+		// The node itself is n.devices[""].
+		if len(n.devices) > h.opts.MaxDevicesPerNode {
+			h.c.tooManyDevices++
+			out.Reject(&payload.Error{Reason: payload.ReasonTooManyDevices, Item: id,
+				Detail: fmt.Sprintf("a new device over sparkplug.max_devices_per_node (%d); raise it, or let the devices that are gone go (DDEATH; they are forgotten after sparkplug.forget_after)", h.opts.MaxDevicesPerNode)})
+			return
+		}
+		// Each device costs a metric definition's worth of the bounds.
+		if len(n.devices)+len(n.metrics) >= h.opts.MaxMetricsPerNode || h.total(n) >= h.opts.MaxMetrics {
 			h.c.tooManyMetrics++
 			out.Reject(&payload.Error{Reason: payload.ReasonTooManyMetrics, Item: id,
-				Detail: fmt.Sprintf("a new device over sparkplug.max_metrics_per_node (%d, devices and metrics of one edge node); raise it", h.opts.MaxMetricsPerNode)})
+				Detail: fmt.Sprintf("a new device over sparkplug.max_metrics_per_node (%d, devices and metrics of one edge node) or sparkplug.max_metrics (%d, of all); raise it", h.opts.MaxMetricsPerNode, h.opts.MaxMetrics)})
 			return
 		}
 		id = strings.Clone(id) // as the node's names
 		d = &device{id: id, name: n.name + h.opts.Separator + id}
 		n.devices[id] = d
 	}
-	d.online, d.born, d.byName = true, true, map[string]int32{}
+	d.online, d.born, d.byName, d.seenAt = true, true, map[string]int32{}, h.elapsed
 	h.birth(n, d.id, now, out)
 }
 
@@ -427,10 +640,13 @@ func (h *Host) birth(n *node, dev string, now time.Time, out Handler) {
 		}
 		idx, known := d.byName[string(m.Name)]
 		if !known {
-			if len(n.metrics) >= h.opts.MaxMetricsPerNode {
+			if len(n.metrics) >= h.opts.MaxMetricsPerNode || h.total(n) >= h.opts.MaxMetrics {
 				h.c.tooManyMetrics++
+				if out.Counted(payload.ReasonTooManyMetrics) {
+					continue
+				}
 				out.Reject(&payload.Error{Reason: payload.ReasonTooManyMetrics, Item: string(m.Name),
-					Detail: fmt.Sprintf("the edge node defines more metrics than sparkplug.max_metrics_per_node (%d); raise it", h.opts.MaxMetricsPerNode)})
+					Detail: fmt.Sprintf("the edge node defines more metrics than sparkplug.max_metrics_per_node (%d), or all edge nodes more than sparkplug.max_metrics (%d); raise it", h.opts.MaxMetricsPerNode, h.opts.MaxMetrics)})
 				continue
 			}
 			idx = int32(len(n.metrics))
@@ -503,6 +719,7 @@ func (h *Host) ndeath(n *node) {
 	}
 	h.c.deathsOfSessions++
 	n.online, n.born, n.seq = false, false, -1
+	h.due(n.seenAt)
 	for _, d := range n.devices {
 		d.online, d.born = false, false
 		clear(d.byName)
@@ -528,6 +745,9 @@ func (h *Host) data(n *node, d *device, now time.Time, out Handler) {
 		if !ok {
 			lost = true
 			h.c.unknownAliases++
+			if out.Counted(payload.ReasonUnknownAlias) {
+				continue // past the dead letter's items: counted, not described
+			}
 			item := fmt.Sprintf("alias %d", m.Alias)
 			if !m.HasAlias {
 				item = string(m.Name)

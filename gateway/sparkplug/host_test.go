@@ -16,15 +16,25 @@ import (
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type rec struct {
-	readings []aggregate.Reading
-	rejects  []payload.Reason
-	rebirths []string
+	readings  []aggregate.Reading
+	rejects   []payload.Reason
+	rebirths  []string
+	forgotten []string
+	counted   int  // refusals only counted (Counted)
+	full      bool // Counted says true
 }
 
-func (r *rec) Reading(x aggregate.Reading)        { r.readings = append(r.readings, x) }
-func (r *rec) Reject(e *payload.Error)            { r.rejects = append(r.rejects, e.Reason) }
-func (r *rec) Rebirth(group, node string)         { r.rebirths = append(r.rebirths, group+"/"+node) }
-func (r *rec) reset()                             { *r = rec{} }
+func (r *rec) Reading(x aggregate.Reading) { r.readings = append(r.readings, x) }
+func (r *rec) Reject(e *payload.Error)     { r.rejects = append(r.rejects, e.Reason) }
+func (r *rec) Rebirth(group, node string)  { r.rebirths = append(r.rebirths, group+"/"+node) }
+func (r *rec) reset()                      { *r = rec{} }
+func (r *rec) Forget(device string)        { r.forgotten = append(r.forgotten, device) }
+func (r *rec) Counted(payload.Reason) bool {
+	if r.full {
+		r.counted++
+	}
+	return r.full
+}
 func ms(t time.Time) uint64                       { return uint64(t.UnixMilli()) }
 func dbl(v float64) (payload.SpValueKind, uint64) { return payload.SpDoubleValue, math.Float64bits(v) }
 
@@ -56,6 +66,10 @@ type edge struct {
 	bdSeq uint64
 	r     rec
 	now   time.Time
+	// elapsed is the journal's elapsed time; identity the publisher's
+	// device-role identity, if it has one.
+	elapsed  time.Duration
+	identity string
 }
 
 func newEdge(t *testing.T, h *Host) *edge {
@@ -87,7 +101,7 @@ func (e *edge) sendSeq(typ, device string, seq int, metrics ...payload.Sparkplug
 	if !ok {
 		e.t.Fatalf("host does not ingest %s", topic)
 	}
-	e.h.Apply(tp, payload.AppendSparkplug(nil, ms(e.now), seq, metrics), e.now, &e.r)
+	e.h.Apply(tp, payload.AppendSparkplug(nil, ms(e.now), seq, metrics), Event{Now: e.now, Elapsed: e.elapsed, Identity: e.identity}, &e.r)
 }
 
 func (e *edge) nbirth(metrics ...payload.SparkplugOut) {
@@ -290,7 +304,7 @@ func TestRestartMidSession(t *testing.T) {
 	e.send(DDeath, "d2")
 	snap := h.AppendSnapshot(nil)
 	h2 := New(Options{})
-	if err := h2.Restore(snap); err != nil {
+	if err := h2.Restore(snap, 0); err != nil {
 		t.Fatal(err)
 	}
 	if again := h2.AppendSnapshot(nil); !bytes.Equal(again, snap) {
@@ -313,7 +327,7 @@ func TestRestartMidSession(t *testing.T) {
 	}
 	// Damaged snapshots are errors, and leave the state empty.
 	for i := 1; i < len(snap); i++ {
-		if err := h2.Restore(snap[:i]); err == nil {
+		if err := h2.Restore(snap[:i], 0); err == nil {
 			t.Fatalf("a snapshot cut to %d bytes restored", i)
 		}
 	}
@@ -392,7 +406,7 @@ func TestNamesAreCopied(t *testing.T) {
 		if !ok {
 			t.Fatalf("not ingested: %s", topic)
 		}
-		h.Apply(tp, body, t0, r)
+		h.Apply(tp, body, Event{Now: t0}, r)
 		for i := range buf {
 			buf[i] = 'x' // the record's bytes are reused
 		}

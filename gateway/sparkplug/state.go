@@ -15,17 +15,24 @@ import (
 // The host state in a checkpoint (gateway/journal's checkpoint section
 // 'S'), integers as Go varints, strings as uvarint length + bytes:
 //
-//	version 1 (1 byte)
+//	version 2 (1 byte)
 //	uvarint count, then per edge node, sorted by group and id:
-//	  string group, string id, flags (bit 0 online, bit 1 born),
+//	  string group, string id, flags (bit 0 online, bit 1 born,
+//	  bit 2 bound to its device-role identity),
 //	  varint bdSeq (-1: unknown), varint expected seq (-1: any),
 //	  varint last rebirth request (Unix ns, 0: none), varint last seen,
+//	  varint elapsed time of its latest message (ns),
 //	  uvarint count, then per device sorted by id ("" the node itself):
-//	    string id, flags (bit 0 online, bit 1 born)
+//	    string id, flags (bit 0 online, bit 1 born),
+//	    varint elapsed time of its latest message (ns)
 //	  uvarint count, then per metric definition in definition order:
 //	    string device id, string name, uvarint datatype,
 //	    flags (bit 0 has alias), uvarint alias
-const stateVersion = 1
+//
+// Version 1 has neither the elapsed times nor bit 2: its edge nodes and
+// devices are read as last heard of at the checkpoint's elapsed time, and
+// bound to nothing (a device identity's next message binds its node).
+const stateVersion = 2
 
 var errState = errors.New("undecodable Sparkplug host state")
 
@@ -58,17 +65,19 @@ func (h *Host) AppendSnapshot(b []byte) []byte {
 		n := h.nodes[k]
 		b = appendString(b, n.group)
 		b = appendString(b, n.id)
-		b = append(b, flags(n.online, n.born))
+		b = append(b, flags(n.online, n.born, n.bound))
 		b = binary.AppendVarint(b, n.bdSeq)
 		b = binary.AppendVarint(b, int64(n.seq))
 		b = binary.AppendVarint(b, n.lastRebirth)
 		b = binary.AppendVarint(b, n.lastSeen)
+		b = binary.AppendVarint(b, n.seenAt)
 		ids := slices.Sorted(maps.Keys(n.devices))
 		b = binary.AppendUvarint(b, uint64(len(ids)))
 		for _, id := range ids {
 			d := n.devices[id]
 			b = appendString(b, id)
 			b = append(b, flags(d.online, d.born))
+			b = binary.AppendVarint(b, d.seenAt)
 		}
 		b = binary.AppendUvarint(b, uint64(len(n.metrics)))
 		for _, m := range n.metrics {
@@ -139,25 +148,36 @@ func (r *reader) count(min int) int {
 }
 
 // Restore replaces the host state with a snapshot's (empty: no edge
-// node). On error the state is left empty.
-func (h *Host) Restore(b []byte) error {
-	h.nodes = map[string]*node{}
+// node), at elapsed time elapsed (the checkpoint's, which the state of a
+// version 1 snapshot is taken as last heard of at). On error the state is
+// left empty.
+func (h *Host) Restore(b []byte, elapsed time.Duration) error {
+	h.nodes, h.bound, h.defs, h.nextForget = map[string]*node{}, map[string]*node{}, 0, 0
+	h.elapsed = int64(elapsed)
 	if len(b) == 0 {
 		return nil
 	}
-	if b[0] != stateVersion {
-		return fmt.Errorf("%w: version %d, want %d", errState, b[0], stateVersion)
+	version := b[0]
+	if version != 1 && version != stateVersion {
+		return fmt.Errorf("%w: version %d, want %d", errState, version, stateVersion)
 	}
 	r := reader{b: b[1:], ok: true}
-	nodes := map[string]*node{}
+	seen := func() int64 {
+		if version == 1 {
+			return int64(elapsed)
+		}
+		return r.varint()
+	}
+	nodes, bound, defs := map[string]*node{}, map[string]*node{}, 0
 	for range r.count(8) {
 		n := &node{group: r.str(), id: r.str()}
 		f := r.byte()
-		n.online, n.born = f&1 != 0, f&2 != 0
+		n.online, n.born, n.bound = f&1 != 0, f&2 != 0, f&4 != 0
 		n.bdSeq = r.varint()
 		n.seq = int(r.varint())
 		n.lastRebirth = r.varint()
 		n.lastSeen = r.varint()
+		n.seenAt = seen()
 		n.name = n.group + h.opts.Separator + n.id
 		n.devices = map[string]*device{}
 		n.aliases = map[uint64]int32{}
@@ -165,6 +185,7 @@ func (h *Host) Restore(b []byte) error {
 			id := r.str()
 			f := r.byte()
 			d := &device{id: id, name: n.name, online: f&1 != 0, born: f&2 != 0, byName: map[string]int32{}}
+			d.seenAt = seen()
 			if id != "" {
 				d.name += h.opts.Separator + id
 			}
@@ -181,11 +202,19 @@ func (h *Host) Restore(b []byte) error {
 		}
 		h.reindex(n)
 		nodes[nodeKey(n.group, n.id)] = n
+		defs += n.size()
+		if n.bound {
+			if bound[n.id] != nil {
+				return fmt.Errorf("%w: identity %q bound to two edge nodes", errState, n.id)
+			}
+			bound[n.id] = n
+		}
 	}
 	if !r.ok || len(r.b) != 0 {
 		return errState
 	}
-	h.nodes = nodes
+	h.nodes, h.bound, h.defs = nodes, bound, defs
+	h.scan(nil)
 	return nil
 }
 
@@ -215,8 +244,18 @@ type Stats struct {
 	// arrays; Boolean without sparkplug.booleans); Protocol the bdSeq and
 	// Node/Device Control metrics.
 	Nulls, NotAggregated, Protocol uint64
-	// TooManyNodes and TooManyMetrics count what the bounds refused.
-	TooManyNodes, TooManyMetrics uint64
+	// TooManyNodes, TooManyMetrics and TooManyDevices count what the
+	// bounds refused; IdentityBound the messages of a device-role
+	// identity for an edge node other than the one it is bound to.
+	TooManyNodes, TooManyMetrics, TooManyDevices, IdentityBound uint64
+	// Forgotten counts the edge nodes and devices forgotten, by reason:
+	// node_dead (dead for sparkplug.forget_after), node_replaced (offline,
+	// and its identity birthed in another group), device_silent (offline
+	// for sparkplug.forget_after).
+	Forgotten map[string]uint64
+	// Definitions counts the metric definitions and devices held, of
+	// sparkplug.max_metrics.
+	Definitions int
 	// NodeList lists up to 1,000 edge nodes, sorted.
 	NodeList []NodeStat
 }
@@ -248,7 +287,11 @@ func (h *Host) Stats() Stats {
 	s := Stats{Messages: map[string]uint64{}, Readings: c.readings, Historical: c.historical, RebirthRequests: c.rebirths,
 		RebirthsHeld: c.rebirthsHeld, SeqGaps: c.seqGaps, UnknownAliases: c.unknownAliases, BeforeBirth: c.beforeBirth,
 		SessionsEnded: c.deathsOfSessions, StaleDeaths: c.staleDeaths, Nulls: c.nulls, NotAggregated: c.notAggregated,
-		Protocol: c.protocolMetrics, TooManyNodes: c.tooManyNodes, TooManyMetrics: c.tooManyMetrics}
+		Protocol: c.protocolMetrics, TooManyNodes: c.tooManyNodes, TooManyMetrics: c.tooManyMetrics,
+		TooManyDevices: c.tooManyDevices, IdentityBound: c.identityBound, Forgotten: map[string]uint64{}, Definitions: h.defs}
+	for i, r := range forgetReasons {
+		s.Forgotten[r] = c.forgotten[i]
+	}
 	for i, t := range msgTypes {
 		s.Messages[t] = c.messages[i]
 	}
