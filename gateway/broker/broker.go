@@ -141,6 +141,7 @@ type Broker struct {
 	in     Ingest
 	server *mqtt.Server
 	hook   *hook
+	bounds *bounds         // the second hook: what is held for clients
 	tls    *auth.ServerTLS // nil without a TLS listener
 
 	addr, tlsAddr, wsAddr string
@@ -204,6 +205,10 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	b.hook = &hook{b: b, auth: auth.NewAuthenticator(users, o.AllowAnonymous), acl: rules,
 		conns: ratelimit.NewPerAddress(o.ConnectRate, o.ConnectBurst, o.ConnectRateExempt)}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
+		return nil, fmt.Errorf("add mqtt hook: %w", err)
+	}
+	b.bounds = newBounds(b)
+	if err := b.server.AddHook(b.bounds, nil); err != nil {
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
 	return b, nil
