@@ -176,6 +176,15 @@ type MQTT struct {
 	PingRate               float64  `yaml:"ping_rate_per_client"`
 	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 	WriteTimeout           Duration `yaml:"write_timeout"`
+
+	// MaxRetained and MaxRetainedBytes bound the retained messages the
+	// broker keeps, MaxRetainedPerIdentity and MaxRetainedBytesPerIdentity
+	// those one identity published; beyond them the retain flag is not
+	// honoured (retained_limit).
+	MaxRetained                 int      `yaml:"max_retained"`
+	MaxRetainedBytes            ByteSize `yaml:"max_retained_bytes"`
+	MaxRetainedPerIdentity      int      `yaml:"max_retained_per_identity"`
+	MaxRetainedBytesPerIdentity ByteSize `yaml:"max_retained_bytes_per_identity"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -499,6 +508,13 @@ func Default() Config {
 			PingRate:     1,
 			MaxKeepAlive: Duration(10 * time.Minute),
 			WriteTimeout: Duration(10 * time.Second),
+
+			// Retained messages: 32 MiB at the most, which a Pi can
+			// spare (see edgegate.yaml).
+			MaxRetained:                 10000,
+			MaxRetainedBytes:            32 << 20,
+			MaxRetainedPerIdentity:      256,
+			MaxRetainedBytesPerIdentity: 1 << 20,
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -677,6 +693,7 @@ func (c *Config) problems() Problems {
 	positive("mqtt.client_read_buffer_bytes", c.MQTT.ClientReadBuffer, 256, 1<<20)
 	positive("mqtt.client_write_buffer_bytes", c.MQTT.ClientWriteBuffer, 256, 1<<20)
 	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
+	c.validateBounds(add)
 	c.validateSecurity(add)
 
 	positive("aggregate.max_devices", c.Aggregate.MaxDevices, 1, 10_000_000)
@@ -1168,4 +1185,22 @@ func (c *Config) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), enc.Close()
+}
+
+// validateBounds checks the bounds of what the broker holds for clients:
+// retained messages.
+func (c *Config) validateBounds(add func(key, format string, args ...any)) {
+	m := c.MQTT
+	if m.MaxRetained < 0 || m.MaxRetained > 10_000_000 {
+		add("mqtt.max_retained", "%d is out of range; use 0 (retain nothing) to 10000000", m.MaxRetained)
+	}
+	if m.MaxRetainedPerIdentity < 0 || m.MaxRetainedPerIdentity > m.MaxRetained {
+		add("mqtt.max_retained_per_identity", "%d is out of range; use 0 (retain nothing) to mqtt.max_retained (%d)", m.MaxRetainedPerIdentity, m.MaxRetained)
+	}
+	if m.MaxRetainedBytes < 0 || m.MaxRetainedBytes > 4<<30 {
+		add("mqtt.max_retained_bytes", "%d bytes is out of range; use 0 (retain nothing) to 4GiB (the default is 32MiB)", int64(m.MaxRetainedBytes))
+	}
+	if m.MaxRetainedBytesPerIdentity < 0 || m.MaxRetainedBytesPerIdentity > m.MaxRetainedBytes {
+		add("mqtt.max_retained_bytes_per_identity", "%d bytes is out of range; use 0 (retain nothing) to mqtt.max_retained_bytes (%d)", int64(m.MaxRetainedBytesPerIdentity), int64(m.MaxRetainedBytes))
+	}
 }

@@ -71,6 +71,9 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			PingRate:               m.PingRate,
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			WriteTimeout:           m.WriteTimeout.D(),
+
+			Retained: broker.RetainedLimits{Count: m.MaxRetained, Bytes: int64(m.MaxRetainedBytes),
+				PerIdentity: m.MaxRetainedPerIdentity, BytesPerIdentity: int64(m.MaxRetainedBytesPerIdentity)},
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),
 		HoldMaxAge:   c.Clock.HoldMaxAge.D(),

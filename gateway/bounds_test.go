@@ -1,8 +1,11 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,6 +15,90 @@ import (
 	"github.com/edgegate/edgegate/gateway/payload"
 	"github.com/edgegate/edgegate/gateway/sparkplug"
 )
+
+// heapMiB returns the live heap after a collection.
+func heapMiB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc) / (1 << 20)
+}
+
+// TestRetainedBounded: a device publishes 256 retained readings of
+// 200 KiB, each on a metric of its own. Every one is acknowledged and
+// journaled, but the broker keeps only what mqtt.max_retained_*_per_identity
+// allow: the rest are not retained (counted as retained_limit), and the
+// heap does not grow by the 50 MB mochi would otherwise hold for a day.
+// A deletion (empty retained payload) frees the device's share.
+func TestRetainedBounded(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	dev, err := connect(t, gw.Addr(), "dev1", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 256, 200 << 10
+	body := bytes.Repeat([]byte("7"), size)
+	before := heapMiB()
+	for i := range n {
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		pr, err := dev.Publish(ctx, &paho.Publish{Topic: fmt.Sprintf("sensors/dev1/m%d", i), QoS: 1, Retain: true, Payload: body})
+		cancel()
+		if err != nil || pr.ReasonCode != 0 {
+			t.Fatalf("retained publication %d: %v, %v; want it acknowledged", i, pr, err)
+		}
+	}
+	st := settled(t, gw, func(s gateway.Stats) bool { return s.Publishes >= n })
+	grew := heapMiB() - before
+	t.Logf("heap grew %.1f MiB for %d retained publications of %d KiB; %d retained (%d bytes), refused %d",
+		grew, n, size>>10, st.MQTTRetained, st.MQTTRetainedBytes, st.MQTTRefused["retained_limit"])
+	if st.Publishes < n {
+		t.Fatalf("%d publications journaled, want %d", st.Publishes, n)
+	}
+	limit := cfg.MQTT.MaxRetainedBytesPerIdentity
+	if grew > float64(limit)/(1<<20)+16 {
+		t.Errorf("heap grew %.1f MiB; mqtt.max_retained_bytes_per_identity is %d bytes", grew, limit)
+	}
+	if st.MQTTRetainedBytes > int64(limit) || st.MQTTRetained == 0 || st.MQTTRefused["retained_limit"] != int64(n-st.MQTTRetained) {
+		t.Fatalf("retained %d (%d bytes), refused %d; want some, within %d bytes, the rest refused",
+			st.MQTTRetained, st.MQTTRetainedBytes, st.MQTTRefused["retained_limit"], limit)
+	}
+
+	// A subscriber gets the retained messages kept, and the rest routed
+	// without the retain flag.
+	got := make(chan *paho.Publish, n)
+	sub := pahoClient(t, gw.Addr(), "viewer", got)
+	if _, err := sub.Subscribe(context.Background(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "sensors/dev1/#", QoS: 0}}}); err != nil {
+		t.Fatal(err)
+	}
+	for range st.MQTTRetained {
+		select {
+		case m := <-got:
+			if !m.Retain {
+				t.Fatalf("%s: not marked retained", m.Topic)
+			}
+		case <-time.After(patience):
+			t.Fatal("a retained message kept was not received")
+		}
+	}
+
+	// Deleting one always works and frees its share: another metric may
+	// then be retained.
+	held := st.MQTTRetained
+	for _, p := range []*paho.Publish{
+		{Topic: "sensors/dev1/m0", QoS: 1, Retain: true},
+		{Topic: "sensors/dev1/fresh", QoS: 1, Retain: true, Payload: body},
+	} {
+		if pr, err := dev.Publish(context.Background(), p); err != nil || pr.ReasonCode != 0 {
+			t.Fatalf("%s: %v, %v", p.Topic, pr, err)
+		}
+	}
+	if st := gw.Stats(); st.MQTTRetained != held || st.MQTTRefused["retained_limit"] != int64(n-held) {
+		t.Fatalf("after a deletion and a new one: %d retained, refused %d; want %d, %d",
+			st.MQTTRetained, st.MQTTRefused["retained_limit"], held, n-held)
+	}
+}
 
 // TestSparkplugDelayedWill: an MQTT 5 edge node with a clean session
 // sets a will delay on its will, its NDEATH. Its session ends with its

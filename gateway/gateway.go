@@ -709,6 +709,11 @@ type Stats struct {
 	Clock       ClockStats
 	Hold        HoldStats        // readings stamped while the clock is not synchronized, held for it
 	Sensors     []sensors.Status `json:",omitempty"`
+
+	// MQTTRetained and MQTTRetainedBytes are the retained messages the
+	// broker keeps (mqtt.max_retained*).
+	MQTTRetained      int
+	MQTTRetainedBytes int64
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -793,6 +798,7 @@ func (g *Gateway) Stats() Stats {
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
+	s.MQTTRetained, s.MQTTRetainedBytes = bs.Retained, bs.RetainedBytes
 	s.Outcomes = map[string]uint64{}
 	for o := range aggregate.Outcome(aggregate.NumOutcomes) {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -4,24 +4,62 @@ import (
 	"bytes"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // bounds is the broker's second mochi hook, added after hook: it bounds
-// what mochi holds for clients. It sends at once a delayed will mochi
-// would send without OnWillSent, so never journaled (OnWill).
+// what mochi holds for clients, which mochi itself bounds by count at
+// most, never by bytes:
+//
+//   - retained messages, per identity and in all (retained.go);
+//   - and it sends at once a delayed will mochi would send without
+//     OnWillSent, so never journaled (OnWill).
+//
+// mochi calls its OnPublish after hook's, with hook's packet, and only
+// when hook did not end the chain (CodeSuccessIgnore, a refusal): it sees
+// every publication mochi may retain, since hook ends the chain only for
+// those that are not retained.
 type bounds struct {
 	mqtt.HookBase
-	b *Broker
+	b        *Broker
+	retained retained
 }
 
 func newBounds(b *Broker) *bounds {
-	return &bounds{b: b}
+	return &bounds{b: b, retained: retained{limits: b.opts.Retained}}
 }
 
 func (h *bounds) ID() string { return "edgegate-bounds" }
 
 func (h *bounds) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnWill}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWill}, []byte{b})
+}
+
+// messageOverhead is what mochi holds for a message beside its topic and
+// payload: a packets.Packet is 800 bytes on 64-bit platforms, and the map
+// entry that indexes it.
+const messageOverhead = 1024
+
+// messageCost is what a message held by mochi is counted for.
+func messageCost(pk packets.Packet) int64 {
+	return int64(len(pk.TopicName)+len(pk.Payload)) + messageOverhead
+}
+
+// identity is the identity a client's retained messages count against:
+// that of a connected client (hook's), else (a will sent after its
+// connection ended) its username, else its client id; empty for the
+// gateway's own publications.
+func (h *bounds) identity(cl *mqtt.Client) string {
+	if cl.Net.Inline {
+		return ""
+	}
+	if v, ok := h.b.hook.clients.Load(cl); ok {
+		return v.(*clientInfo).identity
+	}
+	if u := string(cl.Properties.Username); u != "" {
+		return u
+	}
+	return cl.ID
 }
 
 // OnWill runs as a client's connection ends without DISCONNECT, before
@@ -36,6 +74,9 @@ func (h *bounds) Provides(b byte) bool {
 // the delay passes, and a will held in mochi's memory is lost at a
 // restart, leaving the node online for good. Such a will is sent when the
 // connection breaks, as if no delay had been asked for.
+//
+// A retained will beyond the retained bounds is sent not retained, as a
+// publication would be.
 func (h *bounds) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 	if will.WillDelayInterval > 0 && (!persistent(cl) || h.b.in.WillTopic(will.TopicName)) {
 		will.WillDelayInterval = 0
@@ -43,6 +84,12 @@ func (h *bounds) OnWill(cl *mqtt.Client, will mqtt.Will) (mqtt.Will, error) {
 		// returns; only this client's goroutine, which sends the will,
 		// reads it now.
 		cl.Properties.Will.WillDelayInterval = 0
+	}
+	if will.Retain && len(will.Payload) > 0 && !cl.Net.Inline {
+		if why, ok := h.retained.admit(h.identity(cl), will.TopicName, int64(len(will.TopicName)+len(will.Payload))+messageOverhead); !ok {
+			will.Retain = false
+			h.refuseRetained(cl, will.TopicName, why)
+		}
 	}
 	return will, nil
 }

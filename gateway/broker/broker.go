@@ -105,6 +105,9 @@ type Options struct {
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.
 	WriteTimeout time.Duration
+
+	// Retained bounds the retained messages kept (retained.go).
+	Retained RetainedLimits
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -354,11 +357,15 @@ type Stats struct {
 	// SessionsEvicted counts persistent sessions ended early to make room
 	// for a new one (MaxSessions, MaxSessionsPerIdentity).
 	SessionsEvicted uint64
+	// Retained and RetainedBytes are the retained messages kept (those of
+	// clients and the gateway's own; not mochi's $SYS ones).
+	Retained      int
+	RetainedBytes int64
 }
 
 // Stats returns a snapshot of the counters.
 func (b *Broker) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Clients:      atomic.LoadInt64(&b.server.Info.ClientsConnected),
 		Sockets:      b.connsOpen.Load(),
 		BytesIn:      atomic.LoadInt64(&b.server.Info.BytesReceived),
@@ -370,6 +377,8 @@ func (b *Broker) Stats() Stats {
 
 		SessionsEvicted: b.hook.sessions.evicted.Load(),
 	}
+	s.Retained, s.RetainedBytes = b.bounds.retained.held()
+	return s
 }
 
 // WriteAcks sends the PUBACKs of a durable journal batch (the journal's

@@ -40,13 +40,14 @@ const (
 	RefusedClientID                         // CONNACK 0x85 / 3.1.1 code 2: client id not the identity's, or another's
 	RefusedSessionLimit                     // CONNACK 0x97 / 3.1.1 code 3: mqtt.max_sessions(_per_identity), every session connected
 	RefusedPingRate                         // disconnected: PINGREQs faster than mqtt.ping_rate_per_client
+	RefusedRetainedLimit                    // not retained (taken and routed): mqtt.max_retained(_bytes)(_per_identity)
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
 	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout", "websocket_origin",
-	"client_id_not_allowed", "session_limit", "ping_rate"}
+	"client_id_not_allowed", "session_limit", "ping_rate", "retained_limit"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 
