@@ -185,6 +185,12 @@ type MQTT struct {
 	MaxRetainedBytes            ByteSize `yaml:"max_retained_bytes"`
 	MaxRetainedPerIdentity      int      `yaml:"max_retained_per_identity"`
 	MaxRetainedBytesPerIdentity ByteSize `yaml:"max_retained_bytes_per_identity"`
+	// MaxQueuedBytesPerSession and MaxQueuedBytes bound the QoS 1/2
+	// messages held for subscribers (in flight, or queued for an away
+	// persistent session), per session and in all; beyond them messages
+	// are dropped for that session.
+	MaxQueuedBytesPerSession ByteSize `yaml:"max_queued_bytes_per_session"`
+	MaxQueuedBytes           ByteSize `yaml:"max_queued_bytes"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -509,12 +515,14 @@ func Default() Config {
 			MaxKeepAlive: Duration(10 * time.Minute),
 			WriteTimeout: Duration(10 * time.Second),
 
-			// Retained messages: 32 MiB at the most, which a Pi can
-			// spare (see edgegate.yaml).
+			// What the broker holds for clients: about 100 MiB at the
+			// most, which a Pi can spare (see edgegate.yaml).
 			MaxRetained:                 10000,
 			MaxRetainedBytes:            32 << 20,
 			MaxRetainedPerIdentity:      256,
 			MaxRetainedBytesPerIdentity: 1 << 20,
+			MaxQueuedBytesPerSession:    4 << 20,
+			MaxQueuedBytes:              64 << 20,
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -1188,7 +1196,7 @@ func (c *Config) Marshal() ([]byte, error) {
 }
 
 // validateBounds checks the bounds of what the broker holds for clients:
-// retained messages.
+// retained messages and messages queued for sessions.
 func (c *Config) validateBounds(add func(key, format string, args ...any)) {
 	m := c.MQTT
 	if m.MaxRetained < 0 || m.MaxRetained > 10_000_000 {
@@ -1202,5 +1210,12 @@ func (c *Config) validateBounds(add func(key, format string, args ...any)) {
 	}
 	if m.MaxRetainedBytesPerIdentity < 0 || m.MaxRetainedBytesPerIdentity > m.MaxRetainedBytes {
 		add("mqtt.max_retained_bytes_per_identity", "%d bytes is out of range; use 0 (retain nothing) to mqtt.max_retained_bytes (%d)", int64(m.MaxRetainedBytesPerIdentity), int64(m.MaxRetainedBytes))
+	}
+	// A session must be able to hold one message of the largest packet.
+	if m.MaxQueuedBytes < ByteSize(m.MaxPacket) || m.MaxQueuedBytes > 16<<30 {
+		add("mqtt.max_queued_bytes", "%d bytes is out of range; use mqtt.max_packet_bytes (%d) to 16GiB (the default is 64MiB)", int64(m.MaxQueuedBytes), m.MaxPacket)
+	}
+	if m.MaxQueuedBytesPerSession < ByteSize(m.MaxPacket) || m.MaxQueuedBytesPerSession > m.MaxQueuedBytes {
+		add("mqtt.max_queued_bytes_per_session", "%d bytes is out of range; use mqtt.max_packet_bytes (%d) to mqtt.max_queued_bytes (%d), so that a session can hold one message of the largest packet", int64(m.MaxQueuedBytesPerSession), m.MaxPacket, int64(m.MaxQueuedBytes))
 	}
 }

@@ -74,6 +74,8 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 
 			Retained: broker.RetainedLimits{Count: m.MaxRetained, Bytes: int64(m.MaxRetainedBytes),
 				PerIdentity: m.MaxRetainedPerIdentity, BytesPerIdentity: int64(m.MaxRetainedBytesPerIdentity)},
+			MaxQueuedBytesPerSession: int64(m.MaxQueuedBytesPerSession),
+			MaxQueuedBytes:           int64(m.MaxQueuedBytes),
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),
 		HoldMaxAge:   c.Clock.HoldMaxAge.D(),

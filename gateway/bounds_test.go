@@ -100,6 +100,87 @@ func TestRetainedBounded(t *testing.T) {
 	}
 }
 
+// TestAwaySessionQueueBounded: while a persistent subscriber (a
+// dashboard) is away, a device sends 160 QoS 1 readings of 200 KiB. mochi
+// would keep a copy of each for the session (up to 8,192 of them); the
+// gateway keeps mqtt.max_queued_bytes_per_session, drops the rest
+// (counted), and the subscriber gets what was kept when it comes back.
+func TestAwaySessionQueueBounded(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+
+	conn, err := net.Dial("tcp", gw.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiry := uint32(3600)
+	dash := paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "dashboard"})
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	if _, err := dash.Connect(ctx, &paho.Connect{ClientID: "dashboard", KeepAlive: 30, CleanStart: true,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dash.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "sensors/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close() // away, its session kept
+	settled(t, gw, func(s gateway.Stats) bool { return s.Clients == 0 })
+
+	dev, err := connect(t, gw.Addr(), "dev1", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 160, 200 << 10
+	body := bytes.Repeat([]byte("7"), size)
+	before := heapMiB()
+	for i := range n {
+		pr, err := dev.Publish(ctx, &paho.Publish{Topic: "sensors/dev1/temp", QoS: 1, Payload: body})
+		if err != nil || pr.ReasonCode != 0 {
+			t.Fatalf("publication %d: %v, %v", i, pr, err)
+		}
+	}
+	st := settled(t, gw, func(s gateway.Stats) bool { return s.Publishes >= n })
+	grew := heapMiB() - before
+	limit := cfg.MQTT.MaxQueuedBytesPerSession
+	t.Logf("heap grew %.1f MiB for %d readings of %d KiB queued for an away session; queued %d bytes, dropped %v",
+		grew, n, size>>10, st.MQTTQueuedBytes, st.MQTTQueuedDropped)
+	if grew > float64(limit)/(1<<20)+16 {
+		t.Errorf("heap grew %.1f MiB; mqtt.max_queued_bytes_per_session is %d bytes", grew, limit)
+	}
+	// The bound is checked before a message's size is known: one more
+	// may pass it.
+	kept := n - int(st.MQTTQueuedDropped["session_bytes"])
+	if st.MQTTQueuedBytes > int64(limit)+int64(cfg.MQTT.MaxPacket) || kept <= 0 || kept == n {
+		t.Fatalf("queued %d bytes, dropped %v; want some, within %d bytes and a packet, the rest dropped", st.MQTTQueuedBytes, st.MQTTQueuedDropped, limit)
+	}
+
+	// Back: it receives what was kept, and the account is freed as it
+	// acknowledges.
+	got := make(chan *paho.Publish, n)
+	conn, err = net.Dial("tcp", gw.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dash = paho.NewClient(paho.ClientConfig{Conn: conn, ClientID: "dashboard", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+		func(r paho.PublishReceived) (bool, error) { got <- r.Packet; return true, nil }}})
+	if ca, err := dash.Connect(ctx, &paho.Connect{ClientID: "dashboard", KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil || !ca.SessionPresent {
+		t.Fatalf("resume: %v, %v", ca, err)
+	}
+	defer dash.Disconnect(&paho.Disconnect{})
+	for i := range kept {
+		select {
+		case <-got:
+		case <-time.After(patience):
+			t.Fatalf("%d of the %d readings kept received", i, kept)
+		}
+	}
+	if st := settled(t, gw, func(s gateway.Stats) bool { return s.MQTTQueuedBytes == 0 }); st.MQTTQueuedBytes != 0 {
+		t.Fatalf("queued %d bytes after the subscriber acknowledged everything", st.MQTTQueuedBytes)
+	}
+}
+
 // TestSparkplugDelayedWill: an MQTT 5 edge node with a clean session
 // sets a will delay on its will, its NDEATH. Its session ends with its
 // connection, so the will is due at once [MQTT-3.1.3-9]; mochi held it for

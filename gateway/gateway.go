@@ -714,6 +714,12 @@ type Stats struct {
 	// broker keeps (mqtt.max_retained*).
 	MQTTRetained      int
 	MQTTRetainedBytes int64
+	// MQTTQueuedBytes is what the broker holds for subscribers (QoS 1/2
+	// messages in flight or queued for away sessions);
+	// MQTTQueuedDropped counts the messages dropped for a session, by the
+	// bound reached (mqtt.max_queued_bytes*).
+	MQTTQueuedBytes   int64
+	MQTTQueuedDropped map[string]int64
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -799,6 +805,7 @@ func (g *Gateway) Stats() Stats {
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
 	s.MQTTRetained, s.MQTTRetainedBytes = bs.Retained, bs.RetainedBytes
+	s.MQTTQueuedBytes, s.MQTTQueuedDropped = bs.QueuedBytes, bs.QueuedDropped
 	s.Outcomes = map[string]uint64{}
 	for o := range aggregate.Outcome(aggregate.NumOutcomes) {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -12,6 +12,8 @@ import (
 // most, never by bytes:
 //
 //   - retained messages, per identity and in all (retained.go);
+//   - QoS 1/2 messages held for subscribers, in flight or queued for an
+//     away persistent session, per session and in all (queued.go);
 //   - and it sends at once a delayed will mochi would send without
 //     OnWillSent, so never journaled (OnWill).
 //
@@ -23,16 +25,20 @@ type bounds struct {
 	mqtt.HookBase
 	b        *Broker
 	retained retained
+	queued   queued
 }
 
 func newBounds(b *Broker) *bounds {
-	return &bounds{b: b, retained: retained{limits: b.opts.Retained}}
+	return &bounds{b: b, retained: retained{limits: b.opts.Retained},
+		queued: queued{perSession: b.opts.MaxQueuedBytesPerSession, total: b.opts.MaxQueuedBytes}}
 }
 
 func (h *bounds) ID() string { return "edgegate-bounds" }
 
 func (h *bounds) Provides(b byte) bool {
-	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWill}, []byte{b})
+	return bytes.Contains([]byte{mqtt.OnPublish, mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWill,
+		mqtt.OnQosPublish, mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnPublishDropped,
+		mqtt.OnSessionEstablish, mqtt.OnDisconnect, mqtt.OnClientExpired}, []byte{b})
 }
 
 // messageOverhead is what mochi holds for a message beside its topic and

@@ -1,6 +1,13 @@
 package broker
 
-import "testing"
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+)
 
 func TestRetainedAdmit(t *testing.T) {
 	const c = 100 // a message's cost in these cases
@@ -42,5 +49,41 @@ func TestRetainedAdmit(t *testing.T) {
 	r.set("", "t1", 0)
 	if n, b := r.held(); n != 0 || b != 0 || len(r.shares) != 0 {
 		t.Fatalf("after a replacement and a deletion: %d, %d bytes, shares %v", n, b, r.shares)
+	}
+}
+
+// TestQueuedRoom: a session at its bound is refused, the others too once
+// all of them hold the total; what mochi no longer holds is freed.
+func TestQueuedRoom(t *testing.T) {
+	b := &Broker{log: slog.New(slog.NewTextHandler(io.Discard, nil)), now: time.Now}
+	q := queued{perSession: 300, total: 500}
+	client := func(id string) *mqtt.Client {
+		cl := &mqtt.Client{ID: id}
+		cl.State.Inflight = mqtt.NewInflights()
+		return cl
+	}
+	a, c, d := client("a"), client("c"), client("d")
+	for pid := uint16(1); pid <= 3; pid++ {
+		if !q.room(b, a) {
+			t.Fatalf("message %d refused", pid)
+		}
+		q.stored(a, pid, 100)
+	}
+	if q.room(b, a) || q.dropped[DropSessionBytes].Load() != 1 {
+		t.Fatal("a session at its bound was not refused")
+	}
+	q.stored(c, 1, 200)
+	if q.room(b, d) || q.dropped[DropTotalBytes].Load() != 1 {
+		t.Fatal("a session was not refused with all of them at the total")
+	}
+	q.stored(a, 1, 100) // resent: counted once
+	q.freed(a, 2)       // acknowledged
+	if bytes, _ := q.held(); bytes != 400 || !q.room(b, a) || !q.room(b, d) {
+		t.Fatalf("after an acknowledgement: %d bytes held, want 400 and room", bytes)
+	}
+	q.forget("a")
+	q.forget("c")
+	if bytes, _ := q.held(); bytes != 0 {
+		t.Fatalf("after the sessions ended: %d bytes held", bytes)
 	}
 }

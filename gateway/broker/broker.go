@@ -108,6 +108,10 @@ type Options struct {
 
 	// Retained bounds the retained messages kept (retained.go).
 	Retained RetainedLimits
+	// MaxQueuedBytesPerSession and MaxQueuedBytes bound the QoS 1/2
+	// messages held for subscribers, per session and in all (queued.go).
+	MaxQueuedBytesPerSession int64
+	MaxQueuedBytes           int64
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -361,6 +365,12 @@ type Stats struct {
 	// clients and the gateway's own; not mochi's $SYS ones).
 	Retained      int
 	RetainedBytes int64
+	// QueuedBytes is what is held for subscribers: QoS 1/2 messages in
+	// flight or queued for away sessions; QueuedDropped counts the
+	// messages not queued for a session, by the bound that was reached
+	// (see Drop).
+	QueuedBytes   int64
+	QueuedDropped map[string]int64
 }
 
 // Stats returns a snapshot of the counters.
@@ -378,6 +388,7 @@ func (b *Broker) Stats() Stats {
 		SessionsEvicted: b.hook.sessions.evicted.Load(),
 	}
 	s.Retained, s.RetainedBytes = b.bounds.retained.held()
+	s.QueuedBytes, s.QueuedDropped = b.bounds.queued.held()
 	return s
 }
 

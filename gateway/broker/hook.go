@@ -214,7 +214,7 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		// was restored at start). Messages for it are queued: its
 		// subscriptions were checked when they were made. Nothing
 		// unconnected publishes.
-		return !write
+		return !write && h.b.bounds.queued.room(h.b, cl)
 	}
 	info := v.(*clientInfo)
 	b := h.b
@@ -234,7 +234,7 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		// checked when it was made. Checked again here (without
 		// allocating) in case the configuration changed since, as
 		// restored sessions keep their subscriptions; not a refusal.
-		return info.role.CanRead(topic, info.identity, cl.ID)
+		return info.role.CanRead(topic, info.identity, cl.ID) && h.b.bounds.queued.room(h.b, cl)
 	}
 	if !info.role.CanSubscribe(topic, info.identity, cl.ID) {
 		b.mqttRefused[RefusedSubscribe].Add(1)
