@@ -188,6 +188,21 @@ type MQTT struct {
 	// MaxPasswordChecks bounds the bcrypt comparisons running at once;
 	// 0 is half the cores (GOMAXPROCS), at least 1.
 	MaxPasswordChecks int `yaml:"max_password_checks"`
+
+	// MaxRetained and MaxRetainedBytes bound the retained messages the
+	// broker keeps, MaxRetainedPerIdentity and MaxRetainedBytesPerIdentity
+	// those one identity published; beyond them the retain flag is not
+	// honoured (retained_limit).
+	MaxRetained                 int      `yaml:"max_retained"`
+	MaxRetainedBytes            ByteSize `yaml:"max_retained_bytes"`
+	MaxRetainedPerIdentity      int      `yaml:"max_retained_per_identity"`
+	MaxRetainedBytesPerIdentity ByteSize `yaml:"max_retained_bytes_per_identity"`
+	// MaxQueuedBytesPerSession and MaxQueuedBytes bound the QoS 1/2
+	// messages held for subscribers (in flight, or queued for an away
+	// persistent session), per session and in all; beyond them messages
+	// are dropped for that session.
+	MaxQueuedBytesPerSession ByteSize `yaml:"max_queued_bytes_per_session"`
+	MaxQueuedBytes           ByteSize `yaml:"max_queued_bytes"`
 }
 
 // TLSListener is the broker's MQTT over TLS listener.
@@ -522,6 +537,15 @@ func Default() Config {
 			// costly links.
 			MaxKeepAlive: Duration(2 * time.Minute),
 			WriteTimeout: Duration(10 * time.Second),
+
+			// What the broker holds for clients: about 100 MiB at the
+			// most, which a Pi can spare (see edgegate.yaml).
+			MaxRetained:                 10000,
+			MaxRetainedBytes:            32 << 20,
+			MaxRetainedPerIdentity:      256,
+			MaxRetainedBytesPerIdentity: 1 << 20,
+			MaxQueuedBytesPerSession:    4 << 20,
+			MaxQueuedBytes:              64 << 20,
 		},
 		Aggregate: Aggregate{
 			Window:          Duration(ac.Window),
@@ -702,6 +726,7 @@ func (c *Config) problems() Problems {
 	positive("mqtt.client_read_buffer_bytes", c.MQTT.ClientReadBuffer, 256, 1<<20)
 	positive("mqtt.client_write_buffer_bytes", c.MQTT.ClientWriteBuffer, 256, 1<<20)
 	positive("mqtt.receive_maximum", c.MQTT.ReceiveMaximum, 1, 65535)
+	c.validateBounds(add)
 	c.validateSecurity(add)
 
 	positive("aggregate.max_devices", c.Aggregate.MaxDevices, 1, 10_000_000)
@@ -1217,4 +1242,29 @@ func (c *Config) Marshal() ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), enc.Close()
+}
+
+// validateBounds checks the bounds of what the broker holds for clients:
+// retained messages and messages queued for sessions.
+func (c *Config) validateBounds(add func(key, format string, args ...any)) {
+	m := c.MQTT
+	if m.MaxRetained < 0 || m.MaxRetained > 10_000_000 {
+		add("mqtt.max_retained", "%d is out of range; use 0 (retain nothing) to 10000000", m.MaxRetained)
+	}
+	if m.MaxRetainedPerIdentity < 0 || m.MaxRetainedPerIdentity > m.MaxRetained {
+		add("mqtt.max_retained_per_identity", "%d is out of range; use 0 (retain nothing) to mqtt.max_retained (%d)", m.MaxRetainedPerIdentity, m.MaxRetained)
+	}
+	if m.MaxRetainedBytes < 0 || m.MaxRetainedBytes > 4<<30 {
+		add("mqtt.max_retained_bytes", "%d bytes is out of range; use 0 (retain nothing) to 4GiB (the default is 32MiB)", int64(m.MaxRetainedBytes))
+	}
+	if m.MaxRetainedBytesPerIdentity < 0 || m.MaxRetainedBytesPerIdentity > m.MaxRetainedBytes {
+		add("mqtt.max_retained_bytes_per_identity", "%d bytes is out of range; use 0 (retain nothing) to mqtt.max_retained_bytes (%d)", int64(m.MaxRetainedBytesPerIdentity), int64(m.MaxRetainedBytes))
+	}
+	// A session must be able to hold one message of the largest packet.
+	if m.MaxQueuedBytes < ByteSize(m.MaxPacket) || m.MaxQueuedBytes > 16<<30 {
+		add("mqtt.max_queued_bytes", "%d bytes is out of range; use mqtt.max_packet_bytes (%d) to 16GiB (the default is 64MiB)", int64(m.MaxQueuedBytes), m.MaxPacket)
+	}
+	if m.MaxQueuedBytesPerSession < ByteSize(m.MaxPacket) || m.MaxQueuedBytesPerSession > m.MaxQueuedBytes {
+		add("mqtt.max_queued_bytes_per_session", "%d bytes is out of range; use mqtt.max_packet_bytes (%d) to mqtt.max_queued_bytes (%d), so that a session can hold one message of the largest packet", int64(m.MaxQueuedBytesPerSession), m.MaxPacket, int64(m.MaxQueuedBytes))
+	}
 }

@@ -73,6 +73,11 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			PasswordChecks:         m.MaxPasswordChecks,
 			WriteTimeout:           m.WriteTimeout.D(),
+
+			Retained: broker.RetainedLimits{Count: m.MaxRetained, Bytes: int64(m.MaxRetainedBytes),
+				PerIdentity: m.MaxRetainedPerIdentity, BytesPerIdentity: int64(m.MaxRetainedBytesPerIdentity)},
+			MaxQueuedBytesPerSession: int64(m.MaxQueuedBytesPerSession),
+			MaxQueuedBytes:           int64(m.MaxQueuedBytes),
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),
 		HoldMaxAge:   c.Clock.HoldMaxAge.D(),

@@ -725,6 +725,17 @@ type Stats struct {
 	Clock       ClockStats
 	Hold        HoldStats        // readings stamped while the clock is not synchronized, held for it
 	Sensors     []sensors.Status `json:",omitempty"`
+
+	// MQTTRetained and MQTTRetainedBytes are the retained messages the
+	// broker keeps (mqtt.max_retained*).
+	MQTTRetained      int
+	MQTTRetainedBytes int64
+	// MQTTQueuedBytes is what the broker holds for subscribers (QoS 1/2
+	// messages in flight or queued for away sessions);
+	// MQTTQueuedDropped counts the messages dropped for a session, by the
+	// bound reached (mqtt.max_queued_bytes*).
+	MQTTQueuedBytes   int64
+	MQTTQueuedDropped map[string]int64
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -812,6 +823,8 @@ func (g *Gateway) Stats() Stats {
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
 	s.AcksUndelivered, s.FlowHeld = bs.AcksUndelivered, bs.FlowHeld
+	s.MQTTRetained, s.MQTTRetainedBytes = bs.Retained, bs.RetainedBytes
+	s.MQTTQueuedBytes, s.MQTTQueuedDropped = bs.QueuedBytes, bs.QueuedDropped
 	s.Outcomes = map[string]uint64{}
 	for o := range aggregate.Outcome(aggregate.NumOutcomes) {
 		s.Outcomes[o.String()] = c.Of(o)

@@ -82,7 +82,11 @@ var (
 	mDevLastSeen  = desc("device_last_seen_age_seconds", "Time since the device's latest reading, for the first 100 devices (in order of first reading); see devices_unlisted.", "device")
 	mDevWMLag     = desc("device_watermark_lag_seconds", "How far the device's event-time watermark is behind the gateway clock, for the first 100 devices.", "device")
 	mDevUnlisted  = desc("devices_unlisted", "Devices beyond the first 100, left out of the per-device metrics to bound their cardinality.")
-	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout, ping_rate, auth_busy.", "reason")
+	mMQTTRefused  = desc("mqtt_refused_total", "Clients and packets the broker turned away, by reason: bad_credentials, publish_not_authorized, subscribe_not_authorized, subscription_limit, connect_rate, connect_timeout, server_busy, packet_too_large, receive_maximum, topic_alias_invalid, malformed, decoder_panic, tls_handshake, websocket_origin, client_id_not_allowed, session_limit, write_timeout, ping_rate, auth_busy, retained_limit (a retained publication taken but not retained).", "reason")
+	mRetained     = desc("mqtt_retained_messages", "Retained messages the broker keeps (bounded by mqtt.max_retained and max_retained_per_identity).")
+	mRetainedB    = desc("mqtt_retained_bytes", "Bytes of the retained messages the broker keeps, topics and payloads and 1 KiB each (bounded by mqtt.max_retained_bytes and max_retained_bytes_per_identity).")
+	mQueuedB      = desc("mqtt_queued_bytes", "Bytes of the QoS 1/2 messages the broker holds for subscribers, in flight or queued for away persistent sessions, topics and payloads and 1 KiB each (bounded by mqtt.max_queued_bytes and max_queued_bytes_per_session).")
+	mQueuedDrop   = desc("mqtt_queued_dropped_total", "Messages dropped for a subscriber because its session (session_bytes) or all of them (total_bytes) held their bound of unacknowledged bytes.", "reason")
 	mThrottled    = desc("mqtt_publish_throttled_total", "Publications held back to keep a client to mqtt.publish_rate_per_client (delayed, not refused).")
 	mSockets      = desc("mqtt_sockets_open", "MQTT sockets open, including those that have not sent CONNECT yet.")
 	mClockSync    = desc("clock_synchronized", "1 while the gateway's clock is synchronized (adjtimex: chrony, ntpd or systemd-timesyncd; or clock.synchronized: always).")
@@ -146,6 +150,12 @@ func collect(e *exposition, st status) {
 		counter(mMQTTRefused, float64(g.MQTTRefused[r]), r)
 	}
 	counter(mThrottled, float64(g.Throttled))
+	gauge(mRetained, float64(g.MQTTRetained))
+	gauge(mRetainedB, float64(g.MQTTRetainedBytes))
+	gauge(mQueuedB, float64(g.MQTTQueuedBytes))
+	for _, r := range slices.Sorted(maps.Keys(g.MQTTQueuedDropped)) {
+		counter(mQueuedDrop, float64(g.MQTTQueuedDropped[r]), r)
+	}
 	gauge(mSockets, float64(g.Sockets))
 	counter(mSummaries, float64(g.Summaries))
 	gauge(mOpen, float64(g.OpenWindows))

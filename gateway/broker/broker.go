@@ -117,6 +117,13 @@ type Options struct {
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.
 	WriteTimeout time.Duration
+
+	// Retained bounds the retained messages kept (retained.go).
+	Retained RetainedLimits
+	// MaxQueuedBytesPerSession and MaxQueuedBytes bound the QoS 1/2
+	// messages held for subscribers, per session and in all (queued.go).
+	MaxQueuedBytesPerSession int64
+	MaxQueuedBytes           int64
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -153,6 +160,7 @@ type Broker struct {
 	in     Ingest
 	server *mqtt.Server
 	hook   *hook
+	bounds *bounds         // the second hook: what is held for clients
 	tls    *auth.ServerTLS // nil without a TLS listener
 
 	addr, tlsAddr, wsAddr string
@@ -229,6 +237,10 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	b.hook = &hook{b: b, auth: auth.NewAuthenticator(users, o.AllowAnonymous, checks), acl: rules,
 		conns: ratelimit.NewPerAddress(o.ConnectRate, o.ConnectBurst, o.ConnectRateExempt)}
 	if err := b.server.AddHook(b.hook, nil); err != nil {
+		return nil, fmt.Errorf("add mqtt hook: %w", err)
+	}
+	b.bounds = newBounds(b)
+	if err := b.server.AddHook(b.bounds, nil); err != nil {
 		return nil, fmt.Errorf("add mqtt hook: %w", err)
 	}
 	return b, nil
@@ -387,11 +399,21 @@ type Stats struct {
 	// their client had mqtt.receive_maximum in flight (or 16 times as many
 	// whose acknowledgement it was not known to have received).
 	FlowHeld uint64
+	// Retained and RetainedBytes are the retained messages kept (those of
+	// clients and the gateway's own; not mochi's $SYS ones).
+	Retained      int
+	RetainedBytes int64
+	// QueuedBytes is what is held for subscribers: QoS 1/2 messages in
+	// flight or queued for away sessions; QueuedDropped counts the
+	// messages not queued for a session, by the bound that was reached
+	// (see Drop).
+	QueuedBytes   int64
+	QueuedDropped map[string]int64
 }
 
 // Stats returns a snapshot of the counters.
 func (b *Broker) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Clients:      atomic.LoadInt64(&b.server.Info.ClientsConnected),
 		Sockets:      b.connsOpen.Load(),
 		BytesIn:      atomic.LoadInt64(&b.server.Info.BytesReceived),
@@ -405,6 +427,9 @@ func (b *Broker) Stats() Stats {
 		AcksUndelivered: b.acksUndelivered.Load(),
 		FlowHeld:        b.flowHeld.Load(),
 	}
+	s.Retained, s.RetainedBytes = b.bounds.retained.held()
+	s.QueuedBytes, s.QueuedDropped = b.bounds.queued.held()
+	return s
 }
 
 // WriteAcks sends the PUBACKs of a durable journal batch (the journal's

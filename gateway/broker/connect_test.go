@@ -20,9 +20,10 @@ import (
 // nopJournal journals nothing: the tests here publish on no reading topic.
 type nopJournal struct{}
 
-func (nopJournal) Publish(string, string, any, byte, uint16, string, []byte, bool) (*journal.Batch, error) {
-	return nil, nil
+func (nopJournal) Publish(string, string, any, byte, uint16, string, []byte, bool) (*journal.Batch, int, error) {
+	return nil, 0, nil
 }
+func (nopJournal) Received(string, uint64) error                        { return nil }
 func (nopJournal) SessionStart(string, journal.Session) error           { return nil }
 func (nopJournal) SessionEnd(string) error                              { return nil }
 func (nopJournal) Subscribe(string, string, journal.Subscription) error { return nil }

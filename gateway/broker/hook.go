@@ -237,7 +237,7 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		// match denied topics ("#"), whose messages mochi would send
 		// unchecked when the client returns. Nothing unconnected
 		// publishes.
-		return !write && !h.acl.DeniedAway(topic, string(cl.Properties.Username), cl.ID)
+		return !write && !h.acl.DeniedAway(topic, string(cl.Properties.Username), cl.ID) && h.b.bounds.queued.room(h.b, cl)
 	}
 	info := v.(*clientInfo)
 	b := h.b
@@ -257,7 +257,7 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 		// checked when it was made. Checked again here (without
 		// allocating) in case the configuration changed since, as
 		// restored sessions keep their subscriptions; not a refusal.
-		return info.role.CanRead(topic, info.identity, cl.ID)
+		return info.role.CanRead(topic, info.identity, cl.ID) && h.b.bounds.queued.room(h.b, cl)
 	}
 	if !info.role.CanSubscribe(topic, info.identity, cl.ID) {
 		b.mqttRefused[RefusedSubscribe].Add(1)

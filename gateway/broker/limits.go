@@ -41,13 +41,14 @@ const (
 	RefusedSessionLimit                     // CONNACK 0x97 / 3.1.1 code 3: mqtt.max_sessions(_per_identity), every session connected
 	RefusedPingRate                         // disconnected: PINGREQs faster than mqtt.ping_rate_per_client
 	RefusedAuthBusy                         // CONNACK 0x89 / 3.1.1 code 3: no password check slot free (mqtt.max_password_checks)
+	RefusedRetainedLimit                    // not retained (taken and routed): mqtt.max_retained(_bytes)(_per_identity)
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
 	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout", "websocket_origin",
-	"client_id_not_allowed", "session_limit", "ping_rate", "auth_busy"}
+	"client_id_not_allowed", "session_limit", "ping_rate", "auth_busy", "retained_limit"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 

@@ -248,6 +248,7 @@ func (h *hook) endSession(cid string) {
 	if cl, ok := h.b.server.Clients.Get(cid); ok && cl.Closed() && !cl.IsTakenOver() {
 		h.b.server.UnsubscribeClient(cl)
 		cl.ClearInflights()
+		h.b.bounds.queued.forget(cid)
 		h.b.server.Clients.Delete(cid)
 	}
 	h.b.j.SessionEnd(cid)
