@@ -255,6 +255,39 @@ func TestPacketIDReuse(t *testing.T) {
 	}
 }
 
+// TestPacketIDReuseSameValue: firmware that always uses packet id 1 sends
+// 21.5, has its PUBACK, and sends 21.5 again with id 1 (a new reading);
+// that copy is lost with the connection, and the device resends it with
+// DUP once it is back. The gateway knows the first PUBACK reached the
+// device (its TCP acknowledged it, and the connection lasted on), so the
+// resend is the second reading, not a duplicate of the first. (Before, a
+// DUP with the content of the id's latest publication was always taken
+// for a resend: aggregated 1, duplicates 1.) A resend whose first copy
+// the gateway did journal is still a duplicate.
+func TestPacketIDReuseSameValue(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	const topic = "sensors/dev-same/t"
+	c, _ := rawConnect(t, gw.Addr(), "dev-same", true)
+	c.publish(1, false, topic, "21.5")
+	if st := settled(t, gw, func(st gateway.Stats) bool { return st.AcksReceived >= 1 }); st.AcksReceived < 1 {
+		t.Fatal("the gateway never learnt that the device received its PUBACK")
+	}
+	c.conn.Close() // the second 21.5, sent now, is lost with it
+	c, present := rawConnect(t, gw.Addr(), "dev-same", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	c.publish(1, true, topic, "21.5") // the second reading, resent
+	c.publish(1, true, topic, "21.5") // its PUBACK lost, say: resent again
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	st := settled(t, gw, func(st gateway.Stats) bool { return counted(st)+st.Duplicates >= 3 })
+	if counted(st) != 2 || st.Duplicates != 1 {
+		t.Errorf("counted %d readings, %d duplicates; want 2, 1", counted(st), st.Duplicates)
+	}
+}
+
 // TestReceiveMaximumFlowControl: a client with more QoS 1 publications in
 // flight than mqtt.receive_maximum (a 3.1.1 client without a window, or
 // an MQTT 5 one that ignores the CONNACK's) is not disconnected: the

@@ -711,6 +711,10 @@ type Stats struct {
 	// FlowHeld publications whose reading waited while their client had
 	// mqtt.receive_maximum in flight.
 	AcksUndelivered, FlowHeld uint64
+	// AcksReceived counts the acknowledgements clients are known to have
+	// received (from their TCP acknowledgements): duplicate detection
+	// forgets those publications.
+	AcksReceived uint64
 	// NotAllowed counts readings dead-lettered as device_not_allowed: they
 	// named a device other than their device-role publisher's own.
 	NotAllowed uint64
@@ -822,7 +826,7 @@ func (g *Gateway) Stats() Stats {
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
 	s.SessionsEvicted = bs.SessionsEvicted
-	s.AcksUndelivered, s.FlowHeld = bs.AcksUndelivered, bs.FlowHeld
+	s.AcksUndelivered, s.FlowHeld, s.AcksReceived = bs.AcksUndelivered, bs.FlowHeld, bs.AcksReceived
 	s.MQTTRetained, s.MQTTRetainedBytes = bs.Retained, bs.RetainedBytes
 	s.MQTTQueuedBytes, s.MQTTQueuedDropped = bs.QueuedBytes, bs.QueuedDropped
 	s.Outcomes = map[string]uint64{}

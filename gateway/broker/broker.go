@@ -178,6 +178,7 @@ type Broker struct {
 	// before they were written; flowHeld publications whose reading waited
 	// for the client's publications in flight (mqtt.receive_maximum).
 	acksUndelivered atomic.Uint64
+	acksReceived    atomic.Uint64 // acknowledgements known received (receipts.go)
 	flowHeld        atomic.Uint64
 	stopReceipts    chan struct{}  // closed by Close
 	receiptsDone    sync.WaitGroup // watchReceipts
@@ -395,6 +396,9 @@ type Stats struct {
 	// before they were written: their clients resend the publications, and
 	// duplicate detection answers them.
 	AcksUndelivered uint64
+	// AcksReceived counts the acknowledgements (PUBACK, PUBREC) clients
+	// are known to have received: their publications are never resent.
+	AcksReceived uint64
 	// FlowHeld counts QoS 1/2 publications whose reading waited while
 	// their client had mqtt.receive_maximum in flight (or 16 times as many
 	// whose acknowledgement it was not known to have received).
@@ -425,6 +429,7 @@ func (b *Broker) Stats() Stats {
 
 		SessionsEvicted: b.hook.sessions.evicted.Load(),
 		AcksUndelivered: b.acksUndelivered.Load(),
+		AcksReceived:    b.acksReceived.Load(),
 		FlowHeld:        b.flowHeld.Load(),
 	}
 	s.Retained, s.RetainedBytes = b.bounds.retained.held()

@@ -216,6 +216,7 @@ func (w *ackWriter) tick(now time.Time) (uint64, bool) {
 		w.rc.tickWithout(now)
 	}
 	if w.rc.got != got {
+		w.b.acksReceived.Add(w.rc.got.n - got.n)
 		w.wakeLocked()
 	}
 	return w.rc.toTell(false)
@@ -226,7 +227,9 @@ func (w *ackWriter) tick(now time.Time) (uint64, bool) {
 func (w *ackWriter) ended(now time.Time) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	got := w.rc.got
 	w.rc.ended(now)
+	w.b.acksReceived.Add(w.rc.got.n - got.n)
 	return w.rc.toTell(true)
 }
 
