@@ -525,3 +525,46 @@ func TestPingFlood(t *testing.T) {
 		t.Fatalf("calm client after the flood: PINGRESP %x (%v)", f, err)
 	}
 }
+
+// TestAcksCarryNoUserProperties: an MQTT 5 PUBACK or PUBREC carries no
+// copy of its PUBLISH's user properties (mochi echoes them unless told
+// not to): 4 bytes whatever the publication carried, whether the journal
+// or mochi writes it (retained, QoS 2).
+func TestAcksCarryNoUserProperties(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	c, code := dialV5(t, dial(t, gw.Addr()), "props-1", "", "")
+	if code != 0 {
+		t.Fatalf("CONNACK %#x", code)
+	}
+	user := []packets.User{{Key: "firmware", Value: "v2.3.1-build-7781"}, {Key: "site", Value: "hall-4"}}
+	for i, tc := range []struct {
+		qos    byte
+		retain bool
+	}{{1, false}, {1, true}, {2, false}} {
+		pid := uint16(i + 1)
+		cp := &packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBLISH},
+			Content: &packets.Publish{QoS: tc.qos, Retain: tc.retain, PacketID: pid, Topic: "sensors/props-1/t", Payload: []byte("1"),
+				Properties: &packets.Properties{User: user}}}
+		if _, err := cp.WriteTo(c.conn); err != nil {
+			t.Fatal(err)
+		}
+		f, err := readFrame(c.conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f) != 3 || f[1] != 0 || f[2] != byte(pid) { // type, packet id: the 4 bytes of a bare one
+			t.Errorf("QoS %d retained %v: acknowledged with %x (type and body), want a bare one", tc.qos, tc.retain, f)
+		}
+		if tc.qos == 2 {
+			rel := &packets.ControlPacket{FixedHeader: packets.FixedHeader{Type: packets.PUBREL, Flags: 2}, Content: &packets.Pubrel{PacketID: pid, Properties: &packets.Properties{}}}
+			if _, err := rel.WriteTo(c.conn); err != nil {
+				t.Fatal(err)
+			}
+			if f, err := readFrame(c.conn); err != nil || f[0]>>4 != packets.PUBCOMP {
+				t.Errorf("PUBCOMP: %x %v", f, err)
+			}
+		}
+	}
+}

@@ -221,6 +221,11 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 	caps.MaximumMessageExpiryInterval = 24 * 3600
 	caps.MaximumClients = int64(o.MaxClients)
 	caps.TopicAliasMaximum = uint16(o.TopicAliasMaximum)
+	// mochi copies a PUBLISH's properties (its user properties) into the
+	// PUBACK or PUBREC it answers with: 4 bytes become tens on every
+	// publication, and MQTT 5 clients (Eclipse paho's test client) choke
+	// on acknowledgements with properties they did not expect.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	b.server = mqtt.New(&mqtt.Options{
 		Capabilities:             caps,
 		ClientNetReadBufferSize:  o.ClientReadBuffer,
