@@ -770,6 +770,10 @@ type JournalStats struct {
 	StateRebuilds uint64
 	StateRecovery string `json:",omitempty"`
 	FsyncLatency  journal.Histogram
+	// PendingWaits counts publications that waited because
+	// journal.DefaultMaxPending bytes were waiting for the card (a slow
+	// fsync); their clients' sockets were not read meanwhile.
+	PendingWaits uint64
 }
 
 // Stats returns a snapshot of the counters.
@@ -820,6 +824,7 @@ func (g *Gateway) Stats() Stats {
 	bs := g.broker.Stats()
 	s.BytesIn, s.BytesOut = bs.BytesIn, bs.BytesOut
 	s.Journal.FsyncLatency = g.j.FsyncLatency()
+	s.Journal.PendingWaits = g.j.PendingWaits()
 	s.Clients = bs.Clients
 	s.Publishes = g.publishes.Load()
 	s.Refused = bs.QuotaRefused

@@ -34,6 +34,7 @@ var (
 	mDuplicates   = desc("duplicates_total", "QoS 1/2 resends of journaled publications, acknowledged and not counted again.")
 	mDupEntries   = desc("duplicate_entries", "Publications whose acknowledgement their client may not have received, kept by duplicate detection (24 bytes each), of all clients.")
 	mUndelivered  = desc("mqtt_acks_undelivered_total", "PUBACKs owed to connections that closed before they were written; their clients resend, and duplicate detection answers.")
+	mPendingWaits = desc("journal_pending_waits_total", "Publications that waited because 8 MiB were waiting for the card to take them (a slow fsync); their clients were not read meanwhile.")
 	mFlowHeld     = desc("mqtt_flow_held_total", "QoS 1/2 publications whose reading waited while their client had mqtt.receive_maximum in flight (flow control, not a refusal).")
 	mSummaries    = desc("summaries_total", "Summaries emitted, revisions included.")
 	mOpen         = desc("open_windows", "Windows open now.")
@@ -146,6 +147,7 @@ func collect(e *exposition, st status) {
 	gauge(mDupEntries, float64(g.DuplicateEntries))
 	counter(mUndelivered, float64(g.AcksUndelivered))
 	counter(mFlowHeld, float64(g.FlowHeld))
+	counter(mPendingWaits, float64(g.Journal.PendingWaits))
 	for _, r := range slices.Sorted(maps.Keys(g.MQTTRefused)) {
 		counter(mMQTTRefused, float64(g.MQTTRefused[r]), r)
 	}

@@ -40,13 +40,20 @@ type Journal struct {
 	acks     chan []PendingAck
 	applyq   chan applyBatch
 
-	mu    sync.Mutex
-	cur   *Batch
-	wake  chan struct{}
-	err   error       // sticky: the log failed, or Run ended
-	clock *ClockState // to journal before the next event (SetClock)
-	start int         // where the event being appended begins in cur.buf
-	at    int64       // its monotonic time
+	mu  sync.Mutex
+	cur *Batch
+	// writing is the size of the batch being written and fsynced;
+	// maxPending bounds it and the current batch together: publications
+	// wait (their clients' sockets are not read) while they are over it.
+	writing    int
+	maxPending int
+	drained    *sync.Cond // on mu: writing ended, or the journal failed
+	waits      atomic.Uint64
+	wake       chan struct{}
+	err        error       // sticky: the log failed, or Run ended
+	clock      *ClockState // to journal before the next event (SetClock)
+	start      int         // where the event being appended begins in cur.buf
+	at         int64       // its monotonic time
 
 	written atomic.Int64 // bytes appended since the journal was opened
 	fsync   latencyHistogram
@@ -89,7 +96,16 @@ type Options struct {
 	// Ack is given the PUBACKs of each durable batch, from the acker
 	// goroutine.
 	Ack func([]PendingAck)
+	// MaxPending bounds the bytes of publications waiting to be written
+	// and fsynced (DefaultMaxPending if 0): while a slow card holds an
+	// fsync, QoS 0 publications, which nobody waits for, would otherwise
+	// pile up in memory.
+	MaxPending int
 }
+
+// DefaultMaxPending is 8 MiB: 32 packets of mqtt.max_packet_bytes, and far
+// more than a card writes in one fsync interval.
+const DefaultMaxPending = 8 << 20
 
 // New returns a journal that appends to l. Nothing is written until Run.
 func New(l *queue.Log, o Options) *Journal {
@@ -99,8 +115,24 @@ func New(l *queue.Log, o Options) *Journal {
 	if o.Ack == nil {
 		o.Ack = func([]PendingAck) {}
 	}
-	return &Journal{log: l, interval: o.Interval, now: o.Now, mono: o.Mono, apply: o.Apply, ack: o.Ack, cur: newBatch(), wake: make(chan struct{}, 1),
-		acks: make(chan []PendingAck, 4), applyq: make(chan applyBatch, 1024)}
+	if o.MaxPending <= 0 {
+		o.MaxPending = DefaultMaxPending
+	}
+	j := &Journal{log: l, interval: o.Interval, now: o.Now, mono: o.Mono, apply: o.Apply, ack: o.Ack, cur: newBatch(), wake: make(chan struct{}, 1),
+		acks: make(chan []PendingAck, 4), applyq: make(chan applyBatch, 1024), maxPending: o.MaxPending}
+	j.drained = sync.NewCond(&j.mu)
+	return j
+}
+
+// PendingWaits counts publications that waited because MaxPending bytes
+// were waiting for the card.
+func (j *Journal) PendingWaits() uint64 { return j.waits.Load() }
+
+// Pending returns the bytes journaled and not yet durable.
+func (j *Journal) Pending() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.writing + len(j.cur.buf)
 }
 
 // Written returns the bytes appended since the journal was opened.
@@ -134,6 +166,21 @@ func (j *Journal) begin() (*Batch, int64, error) {
 	}
 	j.start = len(b.buf)
 	return b, at, nil
+}
+
+// beginPublish is begin for a publication: it first waits while
+// MaxPending bytes wait for the card (the publisher's socket is not read
+// meanwhile). Other events are small and never wait.
+func (j *Journal) beginPublish() (*Batch, int64, error) {
+	j.mu.Lock()
+	if j.err == nil && j.writing+len(j.cur.buf) >= j.maxPending {
+		j.waits.Add(1)
+		for j.err == nil && j.writing+len(j.cur.buf) >= j.maxPending {
+			j.drained.Wait()
+		}
+	}
+	j.mu.Unlock()
+	return j.begin()
 }
 
 // stamp ends the record that begins at j.start, with its monotonic time.
@@ -170,7 +217,7 @@ func (j *Journal) end(b *Batch) {
 // the batch, whose Wait returns once the batch is durable, and the
 // publication's index in it (Batch.Seq).
 func (j *Journal) Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, int, error) {
-	b, at, err := j.begin()
+	b, at, err := j.beginPublish()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -324,6 +371,7 @@ func (j *Journal) fail(err error) {
 	}
 	b := j.cur
 	j.cur = newBatch()
+	j.drained.Broadcast()
 	j.mu.Unlock()
 	if len(b.ends) > 0 {
 		b.err = err
@@ -339,7 +387,14 @@ func (j *Journal) flush() error {
 		return nil
 	}
 	j.cur = newBatch()
+	j.writing = len(b.buf)
 	j.mu.Unlock()
+	defer func() {
+		j.mu.Lock()
+		j.writing = 0
+		j.drained.Broadcast()
+		j.mu.Unlock()
+	}()
 	recs := make([][]byte, len(b.ends))
 	start := 0
 	for i, end := range b.ends {

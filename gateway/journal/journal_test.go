@@ -404,3 +404,56 @@ func TestCheckpointSections(t *testing.T) {
 func testCheckpoint(seq uint64) []byte {
 	return (&Checkpoint{Seq: seq, Clock: int64(seq)}).Encode()
 }
+
+// TestJournalBoundsPending: while the card holds an fsync (here: a long
+// storage.fsync_interval), QoS 0 publications, which nobody waits for,
+// pile up in memory unless the journal bounds them: with MaxPending, a
+// publisher waits once that many bytes wait for the card, and what waits
+// never exceeds it by more than one publication. Unbounded (as before),
+// 100 publications of 200 KiB wait all at once.
+func TestJournalBoundsPending(t *testing.T) {
+	const size, n = 200 << 10, 100
+	payload := make([]byte, size)
+	peak := func(bound int) (int, uint64) {
+		l, err := queue.Open(t.TempDir(), queue.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		j := New(l, Options{Interval: 300 * time.Millisecond, MaxPending: bound, Apply: func(uint64, [][]byte) {}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- j.Run(ctx) }()
+		published := make(chan struct{})
+		go func() {
+			defer close(published)
+			for i := range n {
+				if _, _, err := j.Publish("flood", "", nil, 0, 0, "sensors/flood/t", payload, false); err != nil {
+					t.Errorf("publication %d: %v", i, err)
+					return
+				}
+			}
+		}()
+		most := 0
+		for {
+			most = max(most, j.Pending())
+			select {
+			case <-published:
+				cancel()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				return most, j.PendingWaits()
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if most, _ := peak(1 << 40); most < 20*size {
+		t.Errorf("unbounded: at most %d bytes waited; the test's card is not slow enough to show anything", most)
+	}
+	const bound = 2 << 20
+	most, waits := peak(bound)
+	if most >= bound+size+100 || waits == 0 {
+		t.Errorf("bounded at %d: %d bytes waited at once, publications waited %d times", bound, most, waits)
+	}
+}
