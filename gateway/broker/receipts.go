@@ -3,6 +3,7 @@ package broker
 import (
 	"math"
 	"net"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -63,6 +64,8 @@ type receipts struct {
 	// read.
 	syncSeq     uint64
 	syncPending bool
+	// syncFlag mirrors syncPending for readNext, outside the mutex.
+	syncFlag atomic.Bool
 	// marks are written acknowledgements by where they end in the
 	// connection's byte stream (as the TCP stack counts acknowledged
 	// bytes), oldest first.
@@ -97,6 +100,7 @@ func (r *receipts) written(last, n uint64) {
 func (r *receipts) settleSync() {
 	if r.syncPending {
 		r.syncPending = false
+		r.syncFlag.Store(false)
 		r.written(r.syncSeq, 1)
 	}
 }
@@ -124,12 +128,10 @@ func (r *receipts) receive(s sample) {
 }
 
 // tick takes a sample at now: acked bytes acknowledged by the client's
-// TCP, end where what was written so far ends. The sample of the tick
-// before, at least receiptMargin old, settles the marks it covers.
+// TCP, end where what was written so far ends. The newest sample before
+// it at least receiptMargin old settles the marks it covers.
 func (r *receipts) tick(now time.Time, acked, end uint64) {
-	if s := r.samples[1]; s.ok && now.Sub(s.at) >= receiptMargin {
-		r.receive(s)
-	}
+	r.ended(now)
 	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, ok: true}
 	if n := len(r.marks); r.wr.n > r.got.n && (n == 0 || r.marks[n-1].m.n < r.wr.n) {
 		if n == maxMarks {
@@ -140,8 +142,8 @@ func (r *receipts) tick(now time.Time, acked, end uint64) {
 	}
 }
 
-// ended settles what the connection's end allows: the newest sample at
-// least receiptMargin older than now.
+// ended settles what is known at now (the connection's end, or a tick):
+// the newest sample at least receiptMargin older than now.
 func (r *receipts) ended(now time.Time) {
 	for i := 1; i >= 0; i-- {
 		if s := r.samples[i]; s.ok && now.Sub(s.at) >= receiptMargin {
@@ -242,12 +244,16 @@ func (w *ackWriter) journaled(seq uint64, sync bool) {
 	if sync {
 		w.rc.settleSync()
 		w.rc.syncSeq, w.rc.syncPending = seq, true
+		w.rc.syncFlag.Store(true)
 	}
 }
 
 // readNext notes that the client's next packet is being read: mochi has
 // written the acknowledgement of the publication before it.
 func (w *ackWriter) readNext() {
+	if !w.rc.syncFlag.Load() {
+		return
+	}
 	w.mu.Lock()
 	w.rc.settleSync()
 	w.mu.Unlock()

@@ -1,0 +1,52 @@
+package broker
+
+import (
+	"testing"
+	"time"
+)
+
+// TestReceipts: an acknowledgement counts as received once the client's
+// TCP acknowledged its bytes in a sample at least receiptMargin older
+// than the tick (or the connection's end) that settles it; a sample
+// newer than that settles nothing, and a receipt is told every
+// receiptEvery publications and at the end.
+func TestReceipts(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var r receipts
+	r.journaled = 100
+	r.written(70, 70) // 70 PUBACKs written, the latest for seq 70
+	r.tick(at(0), 0, 280)
+	if r.got.n != 0 {
+		t.Fatalf("received %d before any sample", r.got.n)
+	}
+	r.written(100, 30)
+	r.tick(at(990), 280, 400) // the first mark is acknowledged by now
+	if r.got.n != 0 {
+		t.Errorf("received %d with no sample a margin old", r.got.n)
+	}
+	r.tick(at(1995), 300, 400) // the 990 sample is 1.005 s old: seq 70
+	if r.got != (mark{70, 70}) {
+		t.Errorf("received %+v, want the first mark {70 70}", r.got)
+	}
+	if upto, ok := r.toTell(false); !ok || upto != 70 {
+		t.Errorf("told %d %v, want 70 (64 publications or more)", upto, ok)
+	}
+	// The connection ends 0.5 s after the sample that covers the rest:
+	// too soon (a proxy may not have forwarded it).
+	r.tick(at(2500), 400, 400)
+	r.ended(at(3000))
+	if r.got != (mark{70, 70}) {
+		t.Errorf("received %+v at an end 0.5 s after the acknowledgement", r.got)
+	}
+	r.ended(at(3600))
+	if r.got != (mark{100, 100}) {
+		t.Errorf("received %+v at an end 1.1 s after the acknowledgement, want {100 100}", r.got)
+	}
+	if upto, ok := r.toTell(true); !ok || upto != 100 {
+		t.Errorf("told %d %v at the end, want 100", upto, ok)
+	}
+	if _, ok := r.toTell(true); ok {
+		t.Error("told twice")
+	}
+}
