@@ -639,6 +639,7 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		atomic.AddInt64(&h.b.server.Info.Inflight, -1)
 		cl.State.Inflight.IncreaseReceiveQuota()
 		h.released(cl)
+		h.b.bounds.queued.freed(cl, pk.PacketID) // one store for both directions, by packet id
 	}
 	return pk, nil
 }
