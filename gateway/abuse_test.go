@@ -466,11 +466,13 @@ func TestLimits(t *testing.T) {
 	// when the broker's reader got to them, which a loaded machine
 	// delays (the client's writes land in the socket's buffer at once).
 	// So: the rate held (2 s at least), nothing lost, and the held ones
-	// counted, at most those beyond the burst.
+	// counted, at most those beyond the burst, and one more: the a/x
+	// publication above took a token, refilled within 5 ms, which a
+	// fast run does not leave it.
 	wrote := time.Since(start)
 	st := settled(t, gw, func(st gateway.Stats) bool { return st.Outcomes["aggregated"] >= 600 })
-	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || st.Throttled == 0 || st.Throttled > 400 {
-		t.Errorf("600 publications at 200/s (written in %v): took %v, aggregated %d, throttled %d; want ≥ 2s, 600, 1 to 400",
+	if took := time.Since(start); took < 2*time.Second-100*time.Millisecond || st.Outcomes["aggregated"] != 600 || st.Throttled == 0 || st.Throttled > 401 {
+		t.Errorf("600 publications at 200/s (written in %v): took %v, aggregated %d, throttled %d; want ≥ 2s, 600, 1 to 401",
 			wrote, took, st.Outcomes["aggregated"], st.Throttled)
 	}
 
