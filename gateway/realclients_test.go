@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,12 +164,12 @@ func TestBacklogWithoutWindow(t *testing.T) {
 	r := &recorded{t: t, cfg: cfg, out: &recordOutput{}}
 	r.start()
 
-	lost := 0
+	var lost atomic.Int32
 	store := newAckedStore()
 	opts := mqtt3.NewClientOptions().AddBroker("tcp://" + cfg.MQTT.Listen).SetClientID(device).
 		SetCleanSession(false).SetAutoReconnect(true).SetConnectRetry(true).
 		SetConnectRetryInterval(50 * time.Millisecond).SetMaxReconnectInterval(100 * time.Millisecond).
-		SetConnectionLostHandler(func(mqtt3.Client, error) { lost++ }).SetStore(store)
+		SetConnectionLostHandler(func(mqtt3.Client, error) { lost.Add(1) }).SetStore(store)
 	c := mqtt3.NewClient(opts)
 	if tok := c.Connect(); !tok.WaitTimeout(patience) || tok.Error() != nil {
 		t.Fatalf("connect: %v", tok.Error())
@@ -221,5 +222,5 @@ func TestBacklogWithoutWindow(t *testing.T) {
 		t.Errorf("receive_maximum refusals %d, want 0", st.MQTTRefused["receive_maximum"])
 	}
 	t.Logf("outcomes %v", st.Outcomes)
-	t.Logf("connections lost %d; last run: held %d, duplicates %d, undelivered PUBACKs %d", lost, st.FlowHeld, st.Duplicates, st.AcksUndelivered)
+	t.Logf("connections lost %d; last run: held %d, duplicates %d, undelivered PUBACKs %d", lost.Load(), st.FlowHeld, st.Duplicates, st.AcksUndelivered)
 }
