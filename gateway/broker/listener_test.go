@@ -414,3 +414,66 @@ func TestGate(t *testing.T) {
 	g.connected(a2)
 	want(addr("192.0.2.10:1"), true, 0)
 }
+
+// TestFileReserve: with a low file limit, the broker holds no more MQTT
+// sockets than the limit less fileReserve: more are closed at accept and
+// counted (file_limit), and the rest of the process still opens files.
+func TestFileReserve(t *testing.T) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	// The clients are this process too (each connection is two
+	// descriptors): the limit is low enough for the broker's budget to
+	// run out first.
+	open := openFiles(t)
+	if open > 100 {
+		t.Skipf("%d files open", open)
+	}
+	low := lim
+	low.Cur = uint64(open + fileReserve + 24)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low); err != nil {
+		t.Skipf("lower RLIMIT_NOFILE: %v", err)
+	}
+	defer func() {
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	o := listenerOptions(t)
+	o.MaxPendingConnectsPerAddress = o.MaxPendingConnects
+	b := startBroker(t, o, nil)
+	st := b.Stats()
+	if want := int(low.Cur) - fileReserve; st.MaxSockets != want {
+		t.Fatalf("MQTT sockets %d, want the file limit %d less %d", st.MaxSockets, low.Cur, fileReserve)
+	}
+	// Pending sockets are held to half the budget; connected ones fill
+	// the rest.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	const over = 5
+	for i := range st.MaxSockets + over {
+		c, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		if code, err := connect311Within(c, fmt.Sprintf("r%d", i), patience); i < st.MaxSockets && (err != nil || code != 0) {
+			t.Fatalf("client %d of %d: code %d, %v", i, st.MaxSockets, code, err)
+		} else if i >= st.MaxSockets && err == nil {
+			t.Fatalf("client %d beyond the budget of %d connected", i, st.MaxSockets)
+		}
+	}
+	if got := b.Stats().Refused["file_limit"]; got != over {
+		t.Errorf("file_limit refusals %d, want %d", got, over)
+	}
+	f, err := os.CreateTemp(t.TempDir(), "segment-*")
+	if err != nil {
+		t.Fatalf("a new journal segment with MQTT at its budget: %v", err)
+	}
+	f.Close()
+}
