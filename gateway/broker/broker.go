@@ -284,7 +284,7 @@ func (b *Broker) Listen(j Journal) error {
 	b.j = j
 	o := b.opts
 	budget := newSocketBudget(o, fileLimit())
-	b.gate = newGate(b, budget)
+	b.gate = newGate(b, budget, o.ConnectRateExempt)
 	b.health = map[string]*acceptHealth{}
 	b.conns = map[net.Conn]struct{}{}
 	if budget.lowered {

@@ -31,7 +31,8 @@ import (
 //   - admits a socket only within the sockets budget: at most
 //     mqtt.max_pending_connects sockets that have not sent CONNECT yet,
 //     mqtt.max_pending_connects_per_address of them from one address
-//     (IPv6: one /64), and no more sockets in all than the process's
+//     (IPv6: one /64; mqtt.connect_rate_exempt's prefixes aside), and no
+//     more sockets in all than the process's
 //     descriptor limit less fileReserve. A refused socket is closed at
 //     once and counted.
 
@@ -112,6 +113,10 @@ func newSocketBudget(o Options, limit int) socketBudget {
 type gate struct {
 	b      *Broker
 	budget socketBudget
+	// exempt are mqtt.connect_rate_exempt's prefixes (local services,
+	// the simulator), not held to the per-address bound; the total and
+	// the file limit still hold them.
+	exempt []netip.Prefix
 
 	mu      sync.Mutex
 	open    int
@@ -119,8 +124,24 @@ type gate struct {
 	byAddr  map[netip.Prefix]int // pending sockets by source (IPv4 address, IPv6 /64)
 }
 
-func newGate(b *Broker, budget socketBudget) *gate {
-	return &gate{b: b, budget: budget, byAddr: map[netip.Prefix]int{}}
+func newGate(b *Broker, budget socketBudget, exempt []string) *gate {
+	g := &gate{b: b, budget: budget, byAddr: map[netip.Prefix]int{}}
+	for _, e := range exempt {
+		if p, err := netip.ParsePrefix(e); err == nil { // validated by configs
+			g.exempt = append(g.exempt, p)
+		}
+	}
+	return g
+}
+
+// perAddress reports whether src is held to the per-address bound.
+func (g *gate) perAddress(src netip.Prefix) bool {
+	for _, p := range g.exempt {
+		if p.Overlaps(src) && p.Bits() <= src.Bits() {
+			return false
+		}
+	}
+	return true
 }
 
 // source is the prefix a remote address's pending sockets are counted
@@ -149,7 +170,7 @@ func (g *gate) admit(src netip.Prefix) (Refusal, bool) {
 		return RefusedFileLimit, false
 	case g.budget.maxPending > 0 && g.pending >= g.budget.maxPending:
 		return RefusedPendingConnects, false
-	case g.budget.maxPerAddr > 0 && g.byAddr[src] >= g.budget.maxPerAddr:
+	case g.budget.maxPerAddr > 0 && g.byAddr[src] >= g.budget.maxPerAddr && g.perAddress(src):
 		return RefusedPendingPerAddress, false
 	}
 	g.open++

@@ -382,10 +382,11 @@ func TestSocketBudget(t *testing.T) {
 }
 
 // TestGate: sockets are refused beyond each bound, an IPv6 /64 counts as
-// one address, and a place is given back at CONNECT or close.
+// one address, an exempt address is held to the total only, and a place
+// is given back at CONNECT or close.
 func TestGate(t *testing.T) {
 	b := &Broker{}
-	g := newGate(b, socketBudget{maxSockets: 5, maxPending: 4, maxPerAddr: 2})
+	g := newGate(b, socketBudget{maxSockets: 8, maxPending: 6, maxPerAddr: 2}, []string{"127.0.0.0/8"})
 	addr := func(s string) netip.Prefix { return source(net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s))) }
 	a1, a2 := addr("192.0.2.1:1000"), addr("[2001:db8::1]:1000")
 	if a3 := addr("[2001:db8::ffff:1]:2000"); a3 != a2 {
@@ -405,14 +406,23 @@ func TestGate(t *testing.T) {
 	want(a1, true, 0)
 	want(a1, false, RefusedPendingPerAddress)
 	want(a2, true, 0)
-	want(a2, true, 0)
-	want(addr("192.0.2.9:1"), false, RefusedPendingConnects)
-	g.connected(a1) // CONNECT read: its pending place is free, its socket still open
+	want(addr("[2001:db8::2]:1"), true, 0)
+	want(addr("[2001:db8::3]:1"), false, RefusedPendingPerAddress) // the same /64
+	lo := addr("127.0.0.1:1")
+	want(lo, true, 0) // exempt from the per-address bound,
+	want(lo, true, 0)
+	want(lo, false, RefusedPendingConnects) // not from the total
+	g.connected(a1)                         // CONNECT read: its pending place is free, its socket still open
 	want(addr("192.0.2.9:1"), true, 0)
-	want(addr("192.0.2.10:1"), false, RefusedFileLimit)
-	g.closed()
 	g.connected(a2)
-	want(addr("192.0.2.10:1"), true, 0)
+	want(addr("192.0.2.10:1"), true, 0) // 8 open
+	g.connected(lo)
+	want(addr("192.0.2.11:1"), false, RefusedFileLimit)
+	g.closed()
+	want(addr("192.0.2.11:1"), true, 0)
+	if open, pending := g.counts(); open != 8 || pending != 6 {
+		t.Errorf("open %d, pending %d; want 8, 6", open, pending)
+	}
 }
 
 // TestFileReserve: with a low file limit, the broker holds no more MQTT
