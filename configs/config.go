@@ -188,6 +188,12 @@ type MQTT struct {
 	// MaxPasswordChecks bounds the bcrypt comparisons running at once;
 	// 0 is half the cores (GOMAXPROCS), at least 1.
 	MaxPasswordChecks int `yaml:"max_password_checks"`
+	// MaxPendingConnects bounds the sockets that have not sent CONNECT
+	// yet, MaxPendingConnectsPerAddress those from one address (IPv6:
+	// one /64); more are closed at accept (pending_connects,
+	// pending_connects_per_address).
+	MaxPendingConnects           int `yaml:"max_pending_connects"`
+	MaxPendingConnectsPerAddress int `yaml:"max_pending_connects_per_address"`
 
 	// MaxRetained and MaxRetainedBytes bound the retained messages the
 	// broker keeps, MaxRetainedPerIdentity and MaxRetainedBytesPerIdentity
@@ -525,6 +531,19 @@ func Default() Config {
 			ConnectBurst:           20,
 			ConnectRateExempt:      []string{"127.0.0.0/8", "::1/128"},
 			PublishRate:            1000,
+			// A device sends CONNECT within a second or two of its
+			// socket (TLS included), so a thousand devices reconnecting
+			// together (a site's power back) stay under it; 1,024 silent
+			// sockets cost 1,024 descriptors (of the 524,288 systemd
+			// allows by default, to which Go raises its soft limit) and
+			// some 10 MB. The file limit lowers it to half of what it
+			// leaves MQTT (see broker.newSocketBudget).
+			MaxPendingConnects: 1024,
+			// A site behind one NAT address connects its devices in
+			// bursts of connect_burst_per_address (20): room for those
+			// and a few slow ones, and one address cannot take more
+			// than 1/32 of max_pending_connects.
+			MaxPendingConnectsPerAddress: 32,
 			// A client pings at most once per keep alive (1 s at the
 			// least); PINGREQs faster than this are a flood.
 			PingRate: 1,
@@ -976,6 +995,10 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	if d := m.ConnectTimeout.D(); d < 100*time.Millisecond || d > 5*time.Minute {
 		add("mqtt.connect_timeout", "%s is out of range; use 100ms to 5m (a socket that has not sent CONNECT by then is closed)", d)
+	}
+	between("mqtt.max_pending_connects", m.MaxPendingConnects, 1, 1_000_000)
+	if m.MaxPendingConnectsPerAddress < 1 || m.MaxPendingConnectsPerAddress > m.MaxPendingConnects {
+		add("mqtt.max_pending_connects_per_address", "%d is out of range; use 1 to mqtt.max_pending_connects (%d)", m.MaxPendingConnectsPerAddress, m.MaxPendingConnects)
 	}
 	if d := m.MaxKeepAlive.D(); d < time.Second || d > 18*time.Hour {
 		add("mqtt.max_keep_alive", "%s is out of range; use 1s to 18h (MQTT's keep alive is at most 65535 s)", d)

@@ -78,6 +78,9 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 				PerIdentity: m.MaxRetainedPerIdentity, BytesPerIdentity: int64(m.MaxRetainedBytesPerIdentity)},
 			MaxQueuedBytesPerSession: int64(m.MaxQueuedBytesPerSession),
 			MaxQueuedBytes:           int64(m.MaxQueuedBytes),
+
+			MaxPendingConnects:           m.MaxPendingConnects,
+			MaxPendingConnectsPerAddress: m.MaxPendingConnectsPerAddress,
 		},
 		HoldMaxBytes: int64(c.Clock.HoldMaxBytes),
 		HoldMaxAge:   c.Clock.HoldMaxAge.D(),

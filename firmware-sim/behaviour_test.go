@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	firmwaresim "github.com/edgegate/edgegate/firmware-sim"
@@ -71,19 +68,10 @@ func (w *wire) of(client string) []arrival {
 // what arrives.
 func startBroker(t *testing.T) (string, *wire) {
 	t.Helper()
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), InlineClient: false})
 	w := &wire{conn: map[string]int{}}
-	srv.AddHook(w, nil)
-	tcp := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	if err := srv.AddListener(tcp); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	w.close = sync.OnceFunc(func() { srv.Close() })
-	t.Cleanup(w.close)
-	return tcp.Address(), w
+	b := startMochi(t, w, false)
+	w.close = b.Close
+	return b.Addr(), w
 }
 
 // runUntil runs a fleet of one device until done holds, however long

@@ -2,14 +2,11 @@ package firmwaresim_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
-	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/edgegate/edgegate/aggregate"
@@ -46,19 +43,11 @@ func (r *readings) Reject(e *payload.Error)     { panic(e) }
 // real mochi listener and checks that what arrived on the wire decodes to
 // exactly what the truth log says was sent and acknowledged.
 func TestFleetWireMatchesTruth(t *testing.T) {
-	srv := mqtt.New(&mqtt.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	cap := &capture{}
-	srv.AddHook(cap, nil)
-	tcp := listeners.NewTCP(listeners.Config{ID: "t", Address: "127.0.0.1:0"})
-	if err := srv.AddListener(tcp); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	b := startMochi(t, cap, false)
+	defer b.Close()
 
-	f := firmwaresim.NewFleet(tcp.Address(), 8, "sim", 40*time.Millisecond, 1)
+	f := firmwaresim.NewFleet(b.Addr(), 8, "sim", 40*time.Millisecond, 1)
 	f.OnError = func(dev string, err error) { t.Errorf("%s: %v", dev, err) }
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()

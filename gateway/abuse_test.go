@@ -122,6 +122,9 @@ func abuseConfig(t testing.TB) *configs.Config {
 	cfg.MQTT.ConnectTimeout = configs.Duration(time.Second)
 	cfg.MQTT.ConnectRate, cfg.MQTT.ConnectBurst = 5, 10
 	cfg.MQTT.ConnectRateExempt = []string{"127.0.0.1/32"}
+	// The 1,000 silent sockets, from one address, are to be held until
+	// the connect timeout, not refused at accept.
+	cfg.MQTT.MaxPendingConnects, cfg.MQTT.MaxPendingConnectsPerAddress = 2000, 2000
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -516,6 +516,10 @@ func (g *Gateway) Addr() string { return g.broker.Addr() }
 // TLSAddr returns the address of the MQTT over TLS listener, if any.
 func (g *Gateway) TLSAddr() string { return g.broker.TLSAddr() }
 
+// Listeners reports whether each MQTT listener accepts connections
+// (see broker.ListenerStatus). It takes no lock of the gateway's.
+func (g *Gateway) Listeners() []broker.ListenerStatus { return g.broker.Listeners() }
+
 // WebSocketAddr returns the address of the WebSocket listener, if any.
 func (g *Gateway) WebSocketAddr() string { return g.broker.WebSocketAddr() }
 
@@ -740,6 +744,12 @@ type Stats struct {
 	// bound reached (mqtt.max_queued_bytes*).
 	MQTTQueuedBytes   int64
 	MQTTQueuedDropped map[string]int64
+	// MQTTPending is the MQTT sockets that have not sent CONNECT yet;
+	// MQTTMaxSockets the MQTT sockets the file limit leaves room for (0:
+	// no limit); MQTTListeners whether each listener accepts.
+	MQTTPending    int
+	MQTTMaxSockets int
+	MQTTListeners  []broker.ListenerStatus
 	// DeviceList is up to 1,000 devices, in order of first reading.
 	DeviceList []aggregate.DeviceStat
 	// RecentDeadLetters are the latest dead letters, newest first.
@@ -830,6 +840,7 @@ func (g *Gateway) Stats() Stats {
 	s.Refused = bs.QuotaRefused
 	s.MQTTRefused = bs.Refused
 	s.Throttled, s.Sockets = bs.Throttled, bs.Sockets
+	s.MQTTPending, s.MQTTMaxSockets, s.MQTTListeners = bs.Pending, bs.MaxSockets, bs.Listeners
 	s.SessionsEvicted = bs.SessionsEvicted
 	s.AcksUndelivered, s.FlowHeld, s.AcksReceived = bs.AcksUndelivered, bs.FlowHeld, bs.AcksReceived
 	s.MQTTRetained, s.MQTTRetainedBytes = bs.Retained, bs.RetainedBytes

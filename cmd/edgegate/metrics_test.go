@@ -18,6 +18,7 @@ import (
 
 	"github.com/edgegate/edgegate/bridge/kafkatest"
 	"github.com/edgegate/edgegate/configs"
+	"github.com/edgegate/edgegate/gateway/broker"
 	"github.com/edgegate/edgegate/gateway/payload"
 )
 
@@ -151,6 +152,10 @@ func TestMetrics(t *testing.T) {
 		`edgegate_readings_unverified_total 0`,
 		`edgegate_device_clock_unset_total{device="m-dev"} 0`,
 		`edgegate_readings_total{outcome="device_clock_unset"} 0`,
+		`edgegate_mqtt_listener_accepting{listener="tcp"} 1`,
+		`edgegate_mqtt_accept_errors_total{listener="tcp"} 0`,
+		`edgegate_mqtt_sockets_pending `,
+		`edgegate_mqtt_sockets_max `,
 		`process_resident_memory_bytes `,
 		`go_goroutines `,
 	} {
@@ -164,7 +169,8 @@ func TestMetrics(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"storage":"writable"`) || !strings.Contains(string(b), `"ready":true`) {
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"storage":"writable"`) || !strings.Contains(string(b), `"ready":true`) ||
+		!strings.Contains(string(b), `"mqtt_listeners":"accepting"`) {
 		t.Errorf("/readyz: %d %s", resp.StatusCode, b)
 	}
 	var out, errb strings.Builder
@@ -289,5 +295,30 @@ func TestSparkplugMetrics(t *testing.T) {
 	}
 	if problems, err := promlint.New(strings.NewReader(text)).Lint(); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// TestListenersReady: /readyz fails, saying why, while a listener does
+// not accept.
+func TestListenersReady(t *testing.T) {
+	ok := broker.ListenerStatus{ID: "tcp", Address: "0.0.0.0:1883", Accepting: true}
+	down := broker.ListenerStatus{ID: "tls", Address: "0.0.0.0:8883", FailingFor: 4200 * time.Millisecond, AcceptErrors: 9,
+		LastError: "accept tcp [::]:8883: accept4: too many open files"}
+	for name, tc := range map[string]struct {
+		ls   []broker.ListenerStatus
+		why  string
+		want bool
+	}{
+		"none":      {nil, "accepting", true},
+		"accepting": {[]broker.ListenerStatus{ok}, "accepting", true},
+		"one down": {[]broker.ListenerStatus{ok, down}, "tls listener 0.0.0.0:8883 not accepting for 4s: accept tcp [::]:8883: accept4: too many open files",
+			false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			why, ready := listenersReady(tc.ls)
+			if why != tc.why || ready != tc.want {
+				t.Errorf("listenersReady: %q %v; want %q %v", why, ready, tc.why, tc.want)
+			}
+		})
 	}
 }

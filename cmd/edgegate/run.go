@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/edgegate/edgegate/cmd/edgegate/output"
 	"github.com/edgegate/edgegate/configs"
 	"github.com/edgegate/edgegate/gateway"
+	"github.com/edgegate/edgegate/gateway/broker"
 	"github.com/edgegate/edgegate/gateway/clock"
 	"periph.io/x/conn/v3/i2c/i2creg"
 )
@@ -344,8 +346,24 @@ func (p *pipeline) sampleHistory(ctx context.Context) {
 	}
 }
 
-// handler serves /healthz (the process is alive), /readyz (the broker is
-// listening; says whether Kafka is reachable without failing readiness),
+// listenersReady reports whether every MQTT listener accepts, and if not
+// why.
+func listenersReady(ls []broker.ListenerStatus) (string, bool) {
+	var down []string
+	for _, l := range ls {
+		if !l.Accepting {
+			down = append(down, fmt.Sprintf("%s listener %s not accepting for %s: %s", l.ID, l.Address, l.FailingFor.Round(time.Second), l.LastError))
+		}
+	}
+	if len(down) > 0 {
+		return strings.Join(down, "; "), false
+	}
+	return "accepting", true
+}
+
+// handler serves /healthz (the process is alive), /readyz (the broker's
+// listeners accept and the data directory takes a file; says whether
+// Kafka is reachable without failing readiness),
 // /api/status (counters as JSON), /metrics (Prometheus) and / (a status
 // page that refreshes itself from /api/status; no external assets).
 func (p *pipeline) handler() http.Handler {
@@ -361,13 +379,17 @@ func (p *pipeline) handler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		k := p.fwd.Stats()
 		body := map[string]any{"ready": true, "mqtt": p.gw.Addr(), "kafka_link_up": k.LinkUp, "kafka_link": k.Link}
-		if err := storageWritable(p.cfg.Gateway.DataDir); err != nil {
-			body["ready"], body["storage"] = false, err.Error()
-			writeJSON(w, http.StatusServiceUnavailable, body)
-			return
+		code := http.StatusOK
+		why, ok := listenersReady(p.gw.Listeners())
+		body["mqtt_listeners"] = why
+		if !ok {
+			body["ready"], code = false, http.StatusServiceUnavailable
 		}
 		body["storage"] = "writable"
-		writeJSON(w, http.StatusOK, body)
+		if err := storageWritable(p.cfg.Gateway.DataDir); err != nil {
+			body["ready"], body["storage"], code = false, err.Error(), http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, body)
 	})
 	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, p.status())

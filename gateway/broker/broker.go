@@ -14,9 +14,11 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -124,6 +126,13 @@ type Options struct {
 	// messages held for subscribers, per session and in all (queued.go).
 	MaxQueuedBytesPerSession int64
 	MaxQueuedBytes           int64
+
+	// MaxPendingConnects bounds the sockets that have not sent CONNECT
+	// (within connect_timeout), MaxPendingConnectsPerAddress those from
+	// one address (IPv6: one /64); more are closed at accept; 0: no
+	// limit. The file limit may lower the first (see newSocketBudget).
+	MaxPendingConnects           int
+	MaxPendingConnectsPerAddress int
 }
 
 // TLSOptions is the MQTT over TLS listener.
@@ -182,6 +191,22 @@ type Broker struct {
 	flowHeld        atomic.Uint64
 	stopReceipts    chan struct{}  // closed by Close
 	receiptsDone    sync.WaitGroup // watchReceipts
+
+	gate      *gate                    // admits sockets within the budget (Listen makes it)
+	listeners []listeners.Listener     // ours, as bound by Listen
+	health    map[string]*acceptHealth // by listener id
+	serving   atomic.Bool              // Serve started the listeners
+	// listen binds the TCP and TLS listeners' addresses: net.Listen, or
+	// a test's wrapper.
+	listen func(network, addr string) (net.Listener, error)
+
+	connMu   sync.Mutex
+	stopping bool                  // Close has begun: no more connections are tracked
+	conns    map[net.Conn]struct{} // every connection the guard runs
+	connWG   sync.WaitGroup        // their goroutines
+
+	closeOnce sync.Once
+	closeErr  error // Close's
 
 	ackMu  sync.Mutex     // guards closed and adding to ackers
 	closed bool           // Close was called: no more PUBACK writers
@@ -253,34 +278,55 @@ func New(o Options, in Ingest, log *slog.Logger, now func() time.Time) (*Broker,
 }
 
 // Listen binds the listeners; the broker journals into j from then on.
+// It reads the process's file limit (RLIMIT_NOFILE) to bound the MQTT
+// sockets (see newSocketBudget).
 func (b *Broker) Listen(j Journal) error {
 	b.j = j
 	o := b.opts
+	budget := newSocketBudget(o, fileLimit())
+	b.gate = newGate(b, budget, o.ConnectRateExempt)
+	b.health = map[string]*acceptHealth{}
+	b.conns = map[net.Conn]struct{}{}
+	if budget.lowered {
+		b.log.Warn("mqtt.max_pending_connects lowered to fit the file limit; raise LimitNOFILE to keep it",
+			"configured", budget.configured, "max_pending_connects", budget.maxPending, "file_limit", budget.fileLimit, "reserved", fileReserve)
+	}
+	if budget.maxSockets > 0 && budget.configSocks > budget.maxSockets {
+		b.log.Warn("the file limit holds fewer MQTT sockets than mqtt.max_clients and mqtt.max_pending_connects; more are refused (file_limit); raise LimitNOFILE",
+			"mqtt_sockets", budget.maxSockets, "file_limit", budget.fileLimit, "reserved", fileReserve)
+	}
 	var err error
-	add := func(key string, l listeners.Listener) (string, error) {
+	add := func(key string, l listeners.Listener, h *acceptHealth) (string, error) {
 		if err := b.server.AddListener(&guarded{Listener: l, b: b}); err != nil {
 			b.server.Close()
 			return "", fmt.Errorf("%s %s: %w", key, l.Address(), err)
 		}
+		b.listeners = append(b.listeners, l)
+		b.health[l.ID()] = h
 		return l.Address(), nil
 	}
 	if o.Listen != "" {
-		if b.addr, err = add("mqtt.listen", listeners.NewTCP(listeners.Config{ID: "tcp", Address: o.Listen})); err != nil {
+		l := newTCPListener(b, "tcp", o.Listen, nil)
+		if b.addr, err = add("mqtt.listen", l, l.health); err != nil {
 			return err
 		}
 	}
 	if o.TLS.Listen != "" {
-		l := listeners.NewTCP(listeners.Config{ID: "tls", Address: o.TLS.Listen, TLSConfig: b.tls.Config()})
-		if b.tlsAddr, err = add("mqtt.tls.listen", l); err != nil {
+		l := newTCPListener(b, "tls", o.TLS.Listen, b.tls.Config())
+		if b.tlsAddr, err = add("mqtt.tls.listen", l, l.health); err != nil {
 			return err
 		}
 	}
 	if o.WebSocket.Listen != "" {
-		lc := listeners.Config{ID: "ws", Address: o.WebSocket.Listen}
+		var tc *tls.Config
 		if o.WebSocket.TLS {
-			lc.TLSConfig = b.tls.Config()
+			tc = b.tls.Config()
 		}
-		if b.wsAddr, err = add("mqtt.websocket.listen", ws.New(lc.ID, lc.Address, lc.TLSConfig, ws.Config{AllowedOrigins: o.WebSocket.AllowedOrigins, HandshakeTimeout: o.ConnectTimeout, Refused: b.refusedOrigin, Log: b.log})); err != nil {
+		h := &acceptHealth{id: "ws"}
+		l := ws.New(h.id, o.WebSocket.Listen, tc, ws.Config{AllowedOrigins: o.WebSocket.AllowedOrigins, HandshakeTimeout: o.ConnectTimeout,
+			Refused: b.refusedOrigin, Log: b.log,
+			Accept: func(ln net.Listener) net.Listener { return newAcceptor(ln, b, b.gate, h) }})
+		if b.wsAddr, err = add("mqtt.websocket.listen", l, h); err != nil {
 			return err
 		}
 	}
@@ -305,6 +351,7 @@ func (b *Broker) Serve(r Restored) error {
 		return fmt.Errorf("start mqtt broker: %w", err)
 	}
 	b.receiptsDone.Go(func() { b.watchReceipts(b.stopReceipts) })
+	b.serving.Store(true)
 	return nil
 }
 
@@ -318,9 +365,17 @@ func (b *Broker) refusedOrigin(origin, remote string) {
 	}
 }
 
-// Close disconnects every client, closes the listeners and waits for the
-// PUBACK writers to stop (at most mqtt.write_timeout).
+// Close stops the listeners, disconnects every client, waits for their
+// connections to end, then for the PUBACK writers to stop (at most
+// mqtt.write_timeout). It never takes mochi's own path to the clients
+// (see shutdown). Calls after the first return its error.
 func (b *Broker) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.close() })
+	return b.closeErr
+}
+
+func (b *Broker) close() error {
+	b.shutdown()
 	err := b.server.Close()
 	b.ackMu.Lock()
 	if !b.closed {
@@ -418,10 +473,20 @@ type Stats struct {
 	// (see Drop).
 	QueuedBytes   int64
 	QueuedDropped map[string]int64
+	// Pending is the sockets that have not sent CONNECT; MaxSockets the
+	// MQTT sockets the file limit leaves room for (RLIMIT_NOFILE less a
+	// reserve; 0: no limit); Listeners whether each listener accepts.
+	Pending    int
+	MaxSockets int
+	Listeners  []ListenerStatus
 }
 
 // Stats returns a snapshot of the counters.
 func (b *Broker) Stats() Stats {
+	var pending int
+	if b.gate != nil {
+		_, pending = b.gate.counts()
+	}
 	s := Stats{
 		Clients:      atomic.LoadInt64(&b.server.Info.ClientsConnected),
 		Sockets:      b.connsOpen.Load(),
@@ -436,6 +501,10 @@ func (b *Broker) Stats() Stats {
 		AcksUndelivered: b.acksUndelivered.Load(),
 		AcksReceived:    b.acksReceived.Load(),
 		FlowHeld:        b.flowHeld.Load(),
+
+		Pending:    pending,
+		MaxSockets: b.gateBudget().maxSockets,
+		Listeners:  b.Listeners(),
 	}
 	s.Retained, s.RetainedBytes = b.bounds.retained.held()
 	s.QueuedBytes, s.QueuedDropped = b.bounds.queued.held()

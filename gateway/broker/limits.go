@@ -42,13 +42,17 @@ const (
 	RefusedPingRate                         // disconnected: PINGREQs faster than mqtt.ping_rate_per_client
 	RefusedAuthBusy                         // CONNACK 0x89 / 3.1.1 code 3: no password check slot free (mqtt.max_password_checks)
 	RefusedRetainedLimit                    // not retained (taken and routed): mqtt.max_retained(_bytes)(_per_identity)
+	RefusedPendingPerAddress                // socket closed at accept: mqtt.max_pending_connects_per_address sockets from its address (IPv6: /64) have not sent CONNECT
+	RefusedPendingConnects                  // socket closed at accept: mqtt.max_pending_connects sockets have not sent CONNECT
+	RefusedFileLimit                        // socket closed at accept: MQTT sockets would eat into the descriptors kept for the journal, queue, state file and HTTP
 	nRefusals
 )
 
 var refusalNames = [nRefusals]string{"bad_credentials", "publish_not_authorized", "subscribe_not_authorized",
 	"subscription_limit", "connect_rate", "connect_timeout", "server_busy", "packet_too_large",
 	"receive_maximum", "topic_alias_invalid", "malformed", "decoder_panic", "tls_handshake", "write_timeout", "websocket_origin",
-	"client_id_not_allowed", "session_limit", "ping_rate", "auth_busy", "retained_limit"}
+	"client_id_not_allowed", "session_limit", "ping_rate", "auth_busy", "retained_limit",
+	"pending_connects_per_address", "pending_connects", "file_limit"}
 
 func (r Refusal) String() string { return refusalNames[r] }
 
@@ -106,6 +110,8 @@ func classify(err error) (Refusal, bool) {
 //     all with keep alive 0), so a client that stops reading would hold
 //     its lock, and everyone waiting on it, forever;
 //   - has its end classified and counted;
+//   - ends its pending time (see gate) once mochi has read its CONNECT;
+//   - is known to Broker.Close, which ends it (see shutdown);
 //   - cannot take the process down: a panic in mochi's packet decoders
 //     (mochi-mqtt/server#501: a truncated MQTT 5 SUBSCRIBE indexes past
 //     its buffer) is recovered in the connection's goroutine, which is the
@@ -118,6 +124,12 @@ type guarded struct {
 func (l *guarded) Serve(establish listeners.EstablishFn) {
 	l.Listener.Serve(func(id string, c net.Conn) error {
 		b := l.b
+		if !b.track(c) {
+			c.Close() // the broker is closing
+			return nil
+		}
+		defer b.untrack(c)
+		defer c.Close()
 		b.connsOpen.Add(1)
 		defer b.connsOpen.Add(-1)
 		start := time.Now()
@@ -144,7 +156,7 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 				return nil
 			}
 		}
-		dc := &deadlineConn{Conn: c, timeout: b.opts.WriteTimeout}
+		dc := &deadlineConn{Conn: c, timeout: b.opts.WriteTimeout, adm: admittedOf(c)}
 		conn = dc
 		err := establish(id, dc)
 		if r, ok := classify(err); dc.timedOut.Load() {
@@ -168,10 +180,14 @@ func (l *guarded) Serve(establish listeners.EstablishFn) {
 // partly written packet cannot be continued. Deadlines are never cleared:
 // SetDeadline (mochi's keep alive, which clears both deadlines with keep
 // alive 0) sets only the read deadline, and SetWriteDeadline is ignored.
+//
+// mochi first sets a deadline once it has read and accepted CONNECT
+// (the keep alive's): that ends the socket's pending time (adm).
 type deadlineConn struct {
 	net.Conn
 	timeout  time.Duration
 	timedOut atomic.Bool
+	adm      *admitted // the socket as the broker's acceptor admitted it; nil: another listener's
 }
 
 // NetConn returns the wrapped connection (auth.CertIdentity looks through
@@ -190,6 +206,11 @@ func (c *deadlineConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *deadlineConn) SetDeadline(t time.Time) error { return c.Conn.SetReadDeadline(t) }
+func (c *deadlineConn) SetDeadline(t time.Time) error {
+	if c.adm != nil {
+		c.adm.connected()
+	}
+	return c.Conn.SetReadDeadline(t)
+}
 
 func (c *deadlineConn) SetWriteDeadline(time.Time) error { return nil }

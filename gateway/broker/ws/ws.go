@@ -61,6 +61,11 @@ type Config struct {
 	// counts and logs it).
 	Refused func(origin, remote string)
 	Log     *slog.Logger
+	// Accept, if set, wraps the bound TCP listener (under TLS, if any):
+	// the broker's acceptor retries failed accepts and admits sockets
+	// within its budget, so that the HTTP server's accept loop never
+	// sees an error but the listener's close.
+	Accept func(net.Listener) net.Listener
 }
 
 // New returns a listener on addr (tlsConf nil: ws://).
@@ -110,6 +115,9 @@ func (l *Listener) Init(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if l.cfg.Accept != nil {
+		ln = l.cfg.Accept(ln)
+	}
 	if l.tls != nil {
 		ln = tls.NewListener(ln, l.tls)
 	}
@@ -151,20 +159,20 @@ func (l *Listener) Serve(establish listeners.EstablishFn) {
 	}
 }
 
-// Close stops accepting, waits up to 5 s for handlers, and closes the
-// listener's clients.
-func (l *Listener) Close(closeClients listeners.CloseFn) {
+// Close stops accepting and waits up to 5 s for the handshakes under way.
+// It does not end the MQTT connections (closeClients is not called:
+// mochi's closeListenerClients can deadlock, see broker.Broker.Close),
+// whose handlers the HTTP server does not wait for: their owner, the
+// broker, ends them.
+func (l *Listener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	srv := l.srv
 	l.mu.Unlock()
 	if srv != nil {
-		// Shutdown does not wait for hijacked connections: closeClients
-		// ends them, and with them their handlers.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}
-	closeClients(l.id)
 }
 
 // wsConn is a WebSocket connection as the net.Conn mochi reads MQTT from:
