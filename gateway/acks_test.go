@@ -568,3 +568,42 @@ func TestAcksCarryNoUserProperties(t *testing.T) {
 		}
 	}
 }
+
+// TestResendWithoutDup: MQTT.js (5.x) resends its unacknowledged
+// publications after a reconnect with their packet ids but without DUP
+// [against MQTT-3.3.1-1]. A publication without DUP whose packet id and
+// content are those of one from an earlier connection, whose PUBACK the
+// client may not have had, is taken for its resend; on the connection
+// itself such a publication is new (firmware with one packet id repeats
+// values).
+func TestResendWithoutDup(t *testing.T) {
+	cfg := testConfig(t, []string{"127.0.0.1:9"})
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	const topic = "sensors/js-1/t"
+	counted := func(st gateway.Stats) uint64 { return st.Outcomes["aggregated"] + st.Outcomes["late_revised"] }
+	c, _ := rawConnect(t, gw.Addr(), "js-1", true)
+	for pid := uint16(1); pid <= 5; pid++ {
+		cp := packets.NewControlPacket(packets.PUBLISH)
+		cp.Content = &packets.Publish{QoS: 1, PacketID: pid, Topic: topic, Payload: []byte(fmt.Sprint(pid)), Properties: &packets.Properties{}}
+		c.send(cp)
+	}
+	c.conn.Close() // before the PUBACKs: the client never has them
+	if st := settled(t, gw, func(st gateway.Stats) bool { return counted(st) >= 5 }); counted(st) != 5 {
+		t.Fatalf("counted %d, want 5", counted(st))
+	}
+	c, present := rawConnect(t, gw.Addr(), "js-1", false)
+	if !present {
+		t.Fatal("session not present")
+	}
+	for pid := uint16(1); pid <= 5; pid++ {
+		if rc := c.publish(pid, false, topic, fmt.Sprint(pid)); rc != 0 { // resent, DUP not set
+			t.Fatalf("resend %d: PUBACK %#x", pid, rc)
+		}
+	}
+	c.publish(1, false, topic, "1") // a new reading, same id and value
+	st := settled(t, gw, func(st gateway.Stats) bool { return counted(st)+st.Duplicates >= 11 })
+	if counted(st) != 6 || st.Duplicates != 5 {
+		t.Errorf("counted %d, duplicates %d; want 6 (five and the new one), 5 (the resends)", counted(st), st.Duplicates)
+	}
+}

@@ -438,8 +438,9 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.agg.Tick()
 	case journal.KindFlush:
 		g.agg.Flush()
-	case journal.KindSessionStart: // a clean start journals an end first
+	case journal.KindSessionStart: // a clean start journals an end first; every connection of a persistent session journals one
 		g.sessions[string(e.Client)] = e.Session
+		g.dup.Connected(e.Client, seq)
 	case journal.KindSessionEnd:
 		g.dup.Drop(e.Client)
 		delete(g.sessions, string(e.Client))

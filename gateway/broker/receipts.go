@@ -36,6 +36,7 @@ const (
 	receiptTick   = time.Second
 	receiptMargin = time.Second
 	receiptEvery  = 64
+	receiptQuiet  = 10 * time.Second
 	// maxMarks caps the positions kept per connection: one per tick while
 	// the client's TCP has not acknowledged them (a client that does not
 	// read is disconnected by mqtt.write_timeout).
@@ -73,8 +74,9 @@ type receipts struct {
 	// samples are the bytes the client's TCP had acknowledged at the
 	// latest two ticks, older first.
 	samples [2]sample
-	got     mark // received
-	told    mark // journaled as received
+	got     mark      // received
+	told    mark      // journaled as received
+	toldAt  time.Time // when
 }
 
 type rawMark struct {
@@ -153,11 +155,12 @@ func (r *receipts) ended(now time.Time) {
 	}
 }
 
-// toTell returns the receipt to journal: every receiptEvery publications,
-// and all of them with final (the connection ended).
-func (r *receipts) toTell(final bool) (uint64, bool) {
-	if r.got.n > r.told.n && (final || r.got.n-r.told.n >= receiptEvery) {
-		r.told = r.got
+// toTell returns the receipt to journal at now: after receiptEvery
+// publications or receiptQuiet, and with final (the connection ended)
+// whatever was received since the last.
+func (r *receipts) toTell(now time.Time, final bool) (uint64, bool) {
+	if r.got.n > r.told.n && (final || r.got.n-r.told.n >= receiptEvery || now.Sub(r.toldAt) >= receiptQuiet) {
+		r.told, r.toldAt = r.got, now
 		return r.got.seq, true
 	}
 	return 0, false
@@ -221,7 +224,7 @@ func (w *ackWriter) tick(now time.Time) (uint64, bool) {
 		w.b.acksReceived.Add(w.rc.got.n - got.n)
 		w.wakeLocked()
 	}
-	return w.rc.toTell(false)
+	return w.rc.toTell(now, false)
 }
 
 // ended settles the connection's receipts as it ends and returns the last
@@ -232,7 +235,7 @@ func (w *ackWriter) ended(now time.Time) (uint64, bool) {
 	got := w.rc.got
 	w.rc.ended(now)
 	w.b.acksReceived.Add(w.rc.got.n - got.n)
-	return w.rc.toTell(true)
+	return w.rc.toTell(now, true)
 }
 
 // journaled counts a QoS 1/2 publication of the connection journaled as

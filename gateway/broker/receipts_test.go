@@ -29,7 +29,7 @@ func TestReceipts(t *testing.T) {
 	if r.got != (mark{70, 70}) {
 		t.Errorf("received %+v, want the first mark {70 70}", r.got)
 	}
-	if upto, ok := r.toTell(false); !ok || upto != 70 {
+	if upto, ok := r.toTell(at(1995), false); !ok || upto != 70 {
 		t.Errorf("told %d %v, want 70 (64 publications or more)", upto, ok)
 	}
 	// The connection ends 0.5 s after the sample that covers the rest:
@@ -43,10 +43,25 @@ func TestReceipts(t *testing.T) {
 	if r.got != (mark{100, 100}) {
 		t.Errorf("received %+v at an end 1.1 s after the acknowledgement, want {100 100}", r.got)
 	}
-	if upto, ok := r.toTell(true); !ok || upto != 100 {
+	if _, ok := r.toTell(at(3600), false); ok {
+		t.Error("30 more received told before receiptQuiet")
+	}
+	if upto, ok := r.toTell(at(3600), true); !ok || upto != 100 {
 		t.Errorf("told %d %v at the end, want 100", upto, ok)
 	}
-	if _, ok := r.toTell(true); ok {
+	if _, ok := r.toTell(at(3600), true); ok {
 		t.Error("told twice")
+	}
+	// A quiet client's receipts are told after receiptQuiet.
+	r.journaled++
+	r.written(101, 1)
+	r.tick(at(4000), 400, 404)
+	r.tick(at(5000), 404, 404)
+	r.tick(at(6100), 404, 404)
+	if _, ok := r.toTell(at(6100), false); ok {
+		t.Error("one publication told 2.5 s after the last receipt")
+	}
+	if upto, ok := r.toTell(at(13_700), false); !ok || upto != 101 {
+		t.Errorf("told %d %v after receiptQuiet, want 101", upto, ok)
 	}
 }

@@ -21,9 +21,10 @@ import (
 //	  expiry, username, listener (strings as uvarint length + bytes)
 //	uvarint count, then per client of duplicate detection: client,
 //	  uvarint used, uvarint n, then n entries: uvarint pid, 8-byte hash;
-//	  version 3: then uvarint seq after each hash, entries by packet id
-//	  (versions 1 and 2 have the client's latest entries oldest first,
-//	  read as of seq used)
+//	  version 3: then uvarint seq after each hash, entries by packet id,
+//	  and after them uvarint since, the seq of the client's latest
+//	  connection (versions 1 and 2 have the client's latest entries oldest
+//	  first, read as of seq used, and no since)
 //	uvarint count, then per client with QoS 2 exchanges awaiting PUBREL:
 //	  client, uvarint n, then n uvarint packet ids
 //	uvarint count, then per client with subscriptions: client, uvarint n,
@@ -152,6 +153,7 @@ func (c *Checkpoint) Encode() []byte {
 			b = binary.LittleEndian.AppendUint64(b, e.hash)
 			b = binary.AppendUvarint(b, e.seq)
 		}
+		b = binary.AppendUvarint(b, r.since)
 	}
 	clients = slices.Sorted(maps.Keys(c.AwaitRel))
 	b = binary.AppendUvarint(b, uint64(len(clients)))
@@ -286,6 +288,9 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 				e.seq = r.uvarint()
 			}
 			rg.ents[uint16(pid)] = e
+		}
+		if version >= 3 {
+			rg.since = r.uvarint()
 		}
 		c.Rings[id] = rg
 	}

@@ -36,6 +36,10 @@ type Dedupe struct {
 type Ring struct {
 	ents map[uint16]dupEntry
 	used uint64 // journal sequence of the client's latest publication
+	// since is the journal sequence of the client's latest connection
+	// (its session start): entries before it were published on an
+	// earlier connection.
+	since uint64
 }
 
 // dupEntry is 48 bits of a publication's content hash and the journal
@@ -68,10 +72,15 @@ func ContentHash(topic, payload []byte) uint64 {
 }
 
 // Publication records client's journaled QoS 1/2 publication seq and
-// reports whether it is a resend of one already journaled: DUP set, and
-// the same content as the latest publication with its packet id, whose
-// acknowledgement the client may not have received. A resend takes the
-// entry over (its acknowledgement is the one the client now waits for).
+// reports whether it is a resend of one already journaled: the content of
+// the latest publication with its packet id, whose acknowledgement the
+// client may not have received, and either DUP set or (a client that
+// resends without DUP, as MQTT.js does) published on an earlier
+// connection. Within a connection a publication without DUP is always new:
+// clients resend only when they reconnect, and firmware that uses one
+// packet id for every reading reuses it as soon as it has the PUBACK. A
+// resend takes the entry over (its acknowledgement is the one the client
+// now waits for).
 func (d *Dedupe) Publication(client []byte, pid uint16, hash uint64, dup bool, seq uint64) bool {
 	r := d.Rings[string(client)]
 	if r == nil {
@@ -83,12 +92,18 @@ func (d *Dedupe) Publication(client []byte, pid uint16, hash uint64, dup bool, s
 	}
 	r.used = seq
 	hash &= hashMask
-	if e, ok := r.ents[pid]; ok && dup && e.hash == hash {
-		r.ents[pid] = dupEntry{hash, seq}
-		return true
-	}
+	e, ok := r.ents[pid]
+	resend := ok && e.hash == hash && (dup || e.seq < r.since)
 	r.ents[pid] = dupEntry{hash, seq}
-	return false
+	return resend
+}
+
+// Connected notes that client connected again (its session start was
+// journaled as seq).
+func (d *Dedupe) Connected(client []byte, seq uint64) {
+	if r := d.Rings[string(client)]; r != nil {
+		r.since = seq
+	}
 }
 
 // Received ends client's entries of publications journaled up to seq

@@ -140,7 +140,7 @@ func TestJournalStampsClock(t *testing.T) {
 }
 
 func TestDedupe(t *testing.T) {
-	d := NewDedupe(2)
+	d := NewDedupe(3)
 	h := func(s string) uint64 { return ContentHash([]byte("t"), []byte(s)) }
 	a := []byte("a")
 	if ContentHash([]byte("ab"), []byte("c")) == ContentHash([]byte("a"), []byte("bc")) {
@@ -191,9 +191,25 @@ func TestDedupe(t *testing.T) {
 	if d.Publication(a, 3, h("x"), true, 23) {
 		t.Error("Released: a QoS 2 publication whose PUBREL came is not resent")
 	}
-	// Two clients at most: the least recently used goes.
+	// A client that resends without DUP (MQTT.js) after it reconnects:
+	// the content of an entry from an earlier connection is a resend; on
+	// the connection itself, a publication without DUP is always new
+	// (firmware with one packet id repeats values).
+	m := []byte("m")
+	d.Publication(m, 7, h("1"), false, 300)
+	if d.Publication(m, 7, h("1"), false, 301) {
+		t.Error("same connection: a publication without DUP taken for a resend")
+	}
+	d.Connected(m, 302)
+	if !d.Publication(m, 7, h("1"), false, 303) {
+		t.Error("after a reconnect: a resend without DUP not recognised")
+	}
+	if d.Publication(m, 7, h("1"), false, 304) {
+		t.Error("the resend took the entry over: the next one on the connection is new")
+	}
+	// Three clients at most: the least recently used goes.
 	d.Publication([]byte("c"), 1, h("x"), false, 200_000)
-	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 2 {
+	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 3 {
 		t.Errorf("clients %v: the least recently used should be evicted", slices.Collect(maps.Keys(d.Rings)))
 	}
 }
@@ -203,6 +219,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	d.Publication([]byte("a"), 1, 11, false, 1)
 	d.Publication([]byte("a"), 2, 22, false, 2)
 	d.Publication([]byte("a"), 1, 33, false, 3) // pid 1 reused
+	d.Connected([]byte("a"), 4)
 	c := &Checkpoint{Seq: 42, Clock: -1, Agg: []byte("state"), Sessions: map[string]Session{"a": {5, 60, "u", "tcp"}, "b": {4, 0, "", "tcp"}}, Rings: d.Rings,
 		AwaitRel: PIDSets{"a": {7: true, 65535: true}},
 		Subs:     map[string]map[string]Subscription{"a": {"x/#": {QoS: 1, RetainAsPublished: true, Identifier: 3}, "y": {}}},
@@ -217,7 +234,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		!reflect.DeepEqual(got.AwaitRel, c.AwaitRel) || !reflect.DeepEqual(got.Subs, c.Subs) || got.Time != c.Time || got.Hold != c.Hold {
 		t.Errorf("got %+v", got)
 	}
-	if r := got.Rings["a"]; !maps.Equal(r.ents, map[uint16]dupEntry{1: {33, 3}, 2: {22, 2}}) || r.used != 3 {
+	if r := got.Rings["a"]; !maps.Equal(r.ents, map[uint16]dupEntry{1: {33, 3}, 2: {22, 2}}) || r.used != 3 || r.since != 4 {
 		t.Errorf("entries %+v, want pid 1 {33 3}, pid 2 {22 2}", r)
 	}
 	if !bytes.Equal(got.Encode(), b) {
