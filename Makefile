@@ -24,6 +24,8 @@ help:
 	@echo "make lint    gofmt, go vet, staticcheck"
 	@echo "make check   lint + test"
 	@echo "make e2e     the built binary with mosquitto_pub, kcat and qemu-user (ARM builds);"
+	@echo "             the MQTT clients devices run (paho, python3-paho-mqtt, MQTT.js, mosquitto_pub)"
+	@echo "             through gateway restarts and connection cuts, counted exactly in Kafka;"
 	@echo "             20 SIGKILL cycles under QoS 1 load and 24 power cuts (FUSE, needs fuse3)"
 	@echo "             under QoS 1 and 2 load, each then checked exactly in Kafka"
 	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
@@ -124,10 +126,12 @@ deb: cross
 	@ls -l $(DIST)/*.deb | awk '{printf "%-48s %6.1f MiB\n", $$9, $$5/1048576}'
 
 # The timeouts catch a hang, not a slow machine: on a quiet machine the
-# four take about 6 min in all, and a first ARM build (make deb, the
+# four take about 6 min in all, and the client matrix (TestClientMatrix:
+# paho, python3-paho-mqtt, MQTT.js, mosquitto_pub through restarts and
+# connection cuts) up to 6 more, and a first ARM build (make deb, the
 # qemu tests) compiles the standard library three times over.
 e2e:
-	$(GO) test -tags e2e -count=1 -timeout 25m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb|SparkplugTahuInterop' -v ./cmd/edgegate
+	$(GO) test -tags e2e -count=1 -timeout 35m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb|SparkplugTahuInterop|ClientMatrix' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 15m -run 'PowerCut' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Sink' -v ./cmd/edgecat
 	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Soak|ClocksScenarioE2E' -v ./cmd/edgesim
