@@ -114,6 +114,8 @@ func printStatus(w io.Writer, st status) {
 		dead += n
 	}
 	row("mqtt", "%d clients, %d publications, %d duplicates ignored, %d refused at the quota", m.Clients, m.Publishes, m.Duplicates, m.Refused)
+	row("", "%d held at mqtt.receive_maximum, %d PUBACKs owed to closed connections, %d kept for duplicate detection",
+		m.FlowHeld, m.AcksUndelivered, m.DuplicateEntries)
 	var refused []string
 	for _, r := range slices.Sorted(maps.Keys(m.MQTTRefused)) {
 		if n := m.MQTTRefused[r]; n > 0 {
