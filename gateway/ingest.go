@@ -52,6 +52,8 @@ type ingestHandler struct {
 // a device its publisher may not publish for.
 const ReasonDeviceNotAllowed = "device_not_allowed"
 
+var _ payload.Counter = (*ingestHandler)(nil)
+
 func (h *ingestHandler) Reading(r aggregate.Reading) {
 	if h.device != "" && r.Device != h.device {
 		// Decided here, where the device is known (a payload may name
@@ -59,6 +61,9 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		// Like every refusal, it goes into the publication's one dead
 		// letter.
 		h.g.notAllowed.Add(1)
+		if h.Counted(ReasonDeviceNotAllowed) {
+			return
+		}
 		detail := "the publisher may publish readings of device " + strconv.Quote(h.device) + " only"
 		// Filed under the publisher (the claimed device is in the reading),
 		// not under the device it tried to speak for.
@@ -79,7 +84,7 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0
 	}
 	o := h.g.agg.Add(r)
-	if o.Accepted() {
+	if o.Accepted() || h.Counted(payload.Reason(o.String())) {
 		return
 	}
 	h.refuse(DeadItem{Reason: o.String(), Detail: outcomeDetail(o), HasReading: true, Reading: r}, r.Device)
@@ -92,10 +97,12 @@ func (h *ingestHandler) Reject(e *payload.Error) {
 }
 
 // Counted counts a refusal without its details when the dead letter
-// would keep none of them (sparkplug.Handler): it lists MaxDeadItems
-// items, and reason is among its reasons already. Past that, a
-// publication of many refused items costs a count each, not a
-// description.
+// would keep none of them (sparkplug.Handler, payload.Counter): it lists
+// MaxDeadItems items, and reason is among its reasons already. Past
+// that, a publication of many refused items (Sparkplug metrics, JSON
+// fields, SenML records, readings the aggregator refuses) costs a count
+// each, not a description. A reason that is not the decoder's (the
+// aggregator's, device_not_allowed) is counted by its own counter.
 func (h *ingestHandler) Counted(reason payload.Reason) bool {
 	d := &h.dl
 	if len(d.Items) < MaxDeadItems {
