@@ -40,6 +40,7 @@ type ingestHandler struct {
 	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
 	payOnce bool          // the payload is in dl
 	held    []heldReading // readings held until the clock is synchronized (hold.go)
+	share   holdShare     // what the hold holds per device (hold.go)
 	// counted is the reason Counted last counted in this publication's
 	// dead letter: its index in g.rejected and in dl.Reasons (-1: none).
 	counted struct {
@@ -77,11 +78,22 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		r.Time, r.Timing = h.now, aggregate.GatewayTime
 	}
 	if r.Timing == aggregate.GatewayTime && !h.g.tl.Synchronized {
-		if h.g.holding() {
-			h.held = append(h.held, heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()})
-			return
+		if h.g.holding() && r.Device != "" && r.Metric != "" {
+			hr := heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()}
+			switch h.g.admitHeld(hr) {
+			case holdIt:
+				h.held = append(h.held, hr)
+				return
+			case holdRefused:
+				if !h.Counted(payload.Reason(aggregate.TooManySeries.String())) {
+					h.refuse(DeadItem{Reason: aggregate.TooManySeries.String(), Detail: outcomeDetail(aggregate.TooManySeries) + " (counting the series held until the clock is synchronized)",
+						HasReading: true, Reading: r}, r.Device)
+				}
+				return
+			}
+			// Over its device's share of the hold: aggregated now.
 		}
-		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0
+		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0, or over the device's share
 	}
 	o := h.g.agg.Add(r)
 	if o.Accepted() || h.Counted(payload.Reason(o.String())) {
