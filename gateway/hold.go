@@ -165,6 +165,7 @@ type holdShare struct {
 	// refused counts readings refused as they were held (too_many_series);
 	// overShare those of a device over its share, aggregated unverified.
 	refused, overShare uint64
+	memo               roomMemo
 }
 
 type heldDevice struct {
@@ -175,6 +176,7 @@ type heldDevice struct {
 func (s *holdShare) reset() {
 	clear(s.devices)
 	s.series = 0
+	s.memo = roomMemo{metrics: -1, series: -1, devices: -1}
 }
 
 // device returns what the hold holds of device, made if need be.
@@ -257,46 +259,80 @@ func (g *Gateway) admitHeld(h heldReading) holdVerdict {
 // aggregator or not, with metrics series there, d what the hold holds of
 // it) is within the aggregator's limits, counting the series and devices
 // the hold holds as made. First on the upper bound (a series or device
-// both held and in the aggregator counted twice); only when that is at
-// a limit, exactly.
+// both held and in the aggregator counted twice: after a restart, the
+// open windows of series whose readings are now held); only when that is
+// at a limit, exactly.
 func (g *Gateway) seriesRoom(device string, known bool, metrics int, d *heldDevice) bool {
 	s := &g.ing.share
 	maxSeries, maxDevices, maxMetrics := g.agg.Limits()
-	notLive := func(dev string, m map[string]struct{}) (n int) {
-		for metric := range m {
+	m := s.memoFor(g.cur.Seq, [4]int{g.agg.Series(), g.agg.Devices(), s.series, len(s.devices)})
+	notLive := func(dev string, held map[string]struct{}) (n int) {
+		for metric := range held {
 			if live, _, _ := g.agg.Has(dev, metric); !live {
 				n++
 			}
 		}
 		return n
 	}
-	if maxMetrics > 0 && d != nil && metrics+len(d.metrics) >= maxMetrics && metrics+notLive(device, d.metrics) >= maxMetrics {
-		return false
-	}
 	if maxMetrics > 0 && metrics >= maxMetrics {
 		return false
 	}
-	if maxSeries > 0 && g.agg.Series()+s.series >= maxSeries {
-		n := g.agg.Series()
-		for dev, hd := range s.devices {
-			n += notLive(dev, hd.metrics)
+	if maxMetrics > 0 && d != nil && metrics+len(d.metrics) >= maxMetrics {
+		if m.device != device || m.metrics < 0 {
+			m.device, m.metrics = device, notLive(device, d.metrics)
 		}
-		if n >= maxSeries {
+		if metrics+m.metrics >= maxMetrics {
+			return false
+		}
+	}
+	if maxSeries > 0 && g.agg.Series()+s.series >= maxSeries {
+		if m.series < 0 {
+			m.series = 0
+			for dev, hd := range s.devices {
+				m.series += notLive(dev, hd.metrics)
+			}
+		}
+		if g.agg.Series()+m.series >= maxSeries {
 			return false
 		}
 	}
 	if maxDevices > 0 && !known && d == nil && g.agg.Devices()+len(s.devices) >= maxDevices {
-		n := g.agg.Devices()
-		for dev := range s.devices {
-			if _, k, _ := g.agg.Has(dev, ""); !k {
-				n++
+		if m.devices < 0 {
+			m.devices = 0
+			for dev := range s.devices {
+				if _, k, _ := g.agg.Has(dev, ""); !k {
+					m.devices++
+				}
 			}
 		}
-		if n >= maxDevices {
+		if g.agg.Devices()+m.devices >= maxDevices {
 			return false
 		}
 	}
 	return true
+}
+
+// roomMemo keeps the exact counts seriesRoom made at a limit while what
+// they count has not changed, within one publication: one of thousands
+// of new series from a device at its limit counts once, not once a
+// reading. Kept per publication (by its journal seq) so that a replay,
+// which applies whole publications, counts the same.
+type roomMemo struct {
+	seq uint64
+	key [4]int // the aggregator's series and devices, the hold's series and devices
+	// Not counted: -1.
+	device                   string
+	metrics, series, devices int
+}
+
+// memoFor returns the memo of publication seq, cleared when it is another
+// publication's or key has changed.
+func (s *holdShare) memoFor(seq uint64, key [4]int) *roomMemo {
+	m := &s.memo
+	if m.seq != seq || m.key != key {
+		*m = roomMemo{seq: seq, key: key, metrics: -1, series: -1, devices: -1}
+	}
+	return m
 }
 
 // HoldStats describes the hold.
