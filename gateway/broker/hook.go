@@ -275,15 +275,15 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return true
 }
 
-// throttle holds a client's publication until its publish rates allow
-// it: mqtt.publish_rate_per_client counts messages, and
-// publish_bytes_rate_per_client their bytes (topic and payload), so that
+// throttle holds a client's publication of size bytes (topic and payload)
+// until its publish rates allow it: mqtt.publish_rate_per_client counts
+// messages, and publish_bytes_rate_per_client their bytes, so that
 // a client within the message rate cannot send max_packet_bytes with
 // each. It sleeps in the client's own goroutine: the client's packets are
 // not read meanwhile, so TCP flow control slows it down; nothing is
 // refused or lost. A publication held by either rate counts once in
 // Throttled.
-func (h *hook) throttle(info *clientInfo, pk *packets.Packet) {
+func (h *hook) throttle(info *clientInfo, size int) {
 	held := false
 	if rate := h.b.opts.PublishRate; rate > 0 {
 		burst := max(1, int(rate))
@@ -297,8 +297,7 @@ func (h *hook) throttle(info *clientInfo, pk *packets.Packet) {
 		// A publication takes its bytes at once, into debt if need be
 		// (one larger than what is left still goes), and is held until
 		// the debt is paid; the client's next packet waits with it.
-		n := float64(len(pk.TopicName) + len(pk.Payload))
-		if wait := info.publishBytes.TakeN(time.Now(), n, rate, h.b.opts.PublishBytesBurst); wait > 0 {
+		if wait := info.publishBytes.TakeN(time.Now(), float64(size), rate, h.b.opts.PublishBytesBurst); wait > 0 {
 			held = true
 			time.Sleep(wait)
 		}
@@ -350,7 +349,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 		return pk, packets.ErrRejectPacket // not authenticated: cannot happen
 	}
 	info := v.(*clientInfo)
-	h.throttle(info, &pk)
+	h.throttle(info, len(pk.TopicName)+len(pk.Payload))
 	qos := pk.FixedHeader.Qos
 	if qos > 0 {
 		if int(info.acks.open2.Load()) >= b.opts.ReceiveMaximum {
