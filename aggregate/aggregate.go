@@ -427,6 +427,26 @@ func (a *Aggregator) Series() int { return len(a.series) }
 // Devices returns the number of devices seen.
 func (a *Aggregator) Devices() int { return len(a.devices) }
 
+// Has reports whether device's series of metric is held in RAM (a
+// reading for it makes no series), whether device is known (one for it
+// makes no device), and how many series the device holds: what the
+// limits of Add (MaxSeries, MaxDevices, MaxMetricsPerDevice) count, for a
+// caller that holds readings back and would apply them as Add will.
+func (a *Aggregator) Has(device, metric string) (series, known bool, metrics int) {
+	_, series = a.series[seriesKey{device, metric}]
+	d, known := a.devices[device]
+	if known {
+		metrics = len(d.series)
+	}
+	return series, known, metrics
+}
+
+// Limits returns MaxSeries, MaxDevices and MaxMetricsPerDevice (0: no
+// limit).
+func (a *Aggregator) Limits() (series, devices, metricsPerDevice int) {
+	return a.cfg.MaxSeries, a.cfg.MaxDevices, a.cfg.MaxMetricsPerDevice
+}
+
 // windowStart returns the start of the epoch-aligned window holding t.
 func (a *Aggregator) windowStart(t int64) int64 {
 	s := t - t%a.window

@@ -197,3 +197,29 @@ func TestForget(t *testing.T) {
 	}
 	a.Tick() // expire meets the forgotten device's retained window
 }
+
+// TestHas: what Add's series limits count, as a caller holding readings
+// back sees it.
+func TestHas(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxMetricsPerDevice, cfg.MaxSeries, cfg.MaxDevices = 3, 5, 4
+	clk := &clock{t: sec(1)}
+	a, err := New(cfg, WallClock(clk.now), func(Summary) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Add(Reading{Device: "a", Metric: "m1", Time: sec(1), Value: 1})
+	a.Add(Reading{Device: "a", Metric: "m2", Time: sec(1), Value: 1})
+	for _, c := range []struct {
+		dev, metric   string
+		series, known bool
+		metrics       int
+	}{{"a", "m1", true, true, 2}, {"a", "m3", false, true, 2}, {"b", "m1", false, false, 0}} {
+		if s, k, m := a.Has(c.dev, c.metric); s != c.series || k != c.known || m != c.metrics {
+			t.Errorf("Has(%s, %s) = %v, %v, %d; want %v, %v, %d", c.dev, c.metric, s, k, m, c.series, c.known, c.metrics)
+		}
+	}
+	if s, d, m := a.Limits(); s != 5 || d != 4 || m != 3 {
+		t.Errorf("Limits() = %d, %d, %d", s, d, m)
+	}
+}

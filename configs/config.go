@@ -194,6 +194,11 @@ type MQTT struct {
 	// pending_connects_per_address).
 	MaxPendingConnects           int `yaml:"max_pending_connects"`
 	MaxPendingConnectsPerAddress int `yaml:"max_pending_connects_per_address"`
+	// PublishBytesRate bounds the bytes a client publishes per second
+	// (topic and payload), with bursts of PublishBytesBurst: the
+	// message rate alone lets a client send max_packet_bytes a message.
+	PublishBytesRate  ByteSize `yaml:"publish_bytes_rate_per_client"`
+	PublishBytesBurst ByteSize `yaml:"publish_bytes_burst_per_client"`
 
 	// MaxRetained and MaxRetainedBytes bound the retained messages the
 	// broker keeps, MaxRetainedPerIdentity and MaxRetainedBytesPerIdentity
@@ -544,6 +549,14 @@ func Default() Config {
 			// and a few slow ones, and one address cannot take more
 			// than 1/32 of max_pending_connects.
 			MaxPendingConnectsPerAddress: 32,
+			// A Pi's SD card writes 10 MB/s or so (an A1 or class 10
+			// card's minimum sequential write), and the journal writes
+			// every byte published, so one client may take a tenth of
+			// it: 1 MiB/s, with bursts of four max_packet_bytes
+			// publications. A sensor's readings are a few hundred bytes:
+			// even at publish_rate_per_client (1000/s) it stays under.
+			PublishBytesRate:  1 << 20,
+			PublishBytesBurst: 1 << 20,
 			// A client pings at most once per keep alive (1 s at the
 			// least); PINGREQs faster than this are a flood.
 			PingRate: 1,
@@ -1025,6 +1038,12 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	if m.PublishRate < 0 {
 		add("mqtt.publish_rate_per_client", "%g is negative; use 0 (no limit) or publications per second", m.PublishRate)
+	}
+	if m.PublishBytesRate < 0 {
+		add("mqtt.publish_bytes_rate_per_client", "%d is negative; use 0 (no limit) or bytes per second", m.PublishBytesRate)
+	}
+	if m.PublishBytesRate > 0 && m.PublishBytesBurst < ByteSize(m.MaxPacket) {
+		add("mqtt.publish_bytes_burst_per_client", "%d is less than mqtt.max_packet_bytes (%d): a burst must hold the largest publication; raise it", m.PublishBytesBurst, m.MaxPacket)
 	}
 }
 

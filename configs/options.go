@@ -69,6 +69,8 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			ConnectBurst:           m.ConnectBurst,
 			ConnectRateExempt:      m.ConnectRateExempt,
 			PublishRate:            m.PublishRate,
+			PublishBytesRate:       float64(m.PublishBytesRate),
+			PublishBytesBurst:      int(m.PublishBytesBurst),
 			PingRate:               m.PingRate,
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			PasswordChecks:         m.MaxPasswordChecks,

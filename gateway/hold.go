@@ -26,9 +26,20 @@ import (
 // they are of an earlier boot, they are aggregated at the time the
 // gateway gave them, marked unverified (aggregate.UnverifiedTime).
 //
+// One device cannot fill the hold for everyone (which would release
+// every device's readings unverified): a reading is held only if the
+// aggregator's series limits would let it in (max_series,
+// max_metrics_per_device, max_devices, counting the series and devices
+// held as if they were made already), else it is refused as
+// too_many_series, as it would be when released; and a device holds at
+// most HoldMaxBytes / holdDeviceShare, beyond which its own readings are
+// aggregated at once at the gateway's time, unverified, as if the hold
+// were off for it (holdShare).
+//
 // The hold is part of the state (journal.Hold, checkpointed): what is
 // held and released depends only on the journal, so a replay does the
-// same. The hold log is synced by each checkpoint and its released
+// same. What each device holds is not in the checkpoint: it is rebuilt
+// from the hold log at start. The hold log is synced by each checkpoint and its released
 // segments are removed after it. A record carries the journal sequence of
 // its publication: at start, the last durable one says which a replay
 // must not write again.
@@ -136,6 +147,194 @@ func decodeHeld(b []byte) (heldRecord, error) {
 	return r, nil
 }
 
+// holdDeviceShare divides clock.hold_max_bytes into what one device may
+// hold: an eighth, so that it takes eight devices at their share to fill
+// the hold (and release everyone's readings unverified), while a device
+// sending many readings still holds thousands of them (8 MiB of the
+// default 64 MiB: some 300,000 readings in SenML packs, 100,000 in
+// publications of one).
+const holdDeviceShare = 8
+
+// holdShare is what the hold holds per device, for the limits above:
+// its distinct series and bytes. It is a function of the hold log's
+// records not released, and the aggregator's state, both of which a
+// replay rebuilds; Refused and OverShare count since start.
+type holdShare struct {
+	devices map[string]*heldDevice
+	series  int // distinct series held
+	// refused counts readings refused as they were held (too_many_series);
+	// overShare those of a device over its share, aggregated unverified.
+	refused, overShare uint64
+	memo               roomMemo
+}
+
+type heldDevice struct {
+	metrics map[string]struct{}
+	bytes   int64 // its readings' bytes in the hold log, and the records they begin
+}
+
+func (s *holdShare) reset() {
+	clear(s.devices)
+	s.series = 0
+	s.memo = roomMemo{metrics: -1, series: -1, devices: -1}
+}
+
+// device returns what the hold holds of device, made if need be.
+func (s *holdShare) device(device string) *heldDevice {
+	if s.devices == nil {
+		s.devices = map[string]*heldDevice{}
+	}
+	d := s.devices[device]
+	if d == nil {
+		d = &heldDevice{metrics: map[string]struct{}{}}
+		s.devices[device] = d
+	}
+	return d
+}
+
+// add counts one held reading.
+func (s *holdShare) add(h heldReading) {
+	d := s.device(h.device)
+	if _, ok := d.metrics[h.metric]; !ok {
+		d.metrics[h.metric] = struct{}{}
+		s.series++
+	}
+	d.bytes += h.size()
+}
+
+// addRecord counts what a record of size bytes adds to the bytes of its
+// readings (its journal seq, times, client and topic), for the device of
+// its first reading.
+func (s *holdShare) addRecord(rec *heldRecord, size int) {
+	if len(rec.readings) == 0 {
+		return
+	}
+	n := int64(size)
+	for _, h := range rec.readings {
+		n -= h.size()
+	}
+	s.device(rec.readings[0].device).bytes += n
+}
+
+// size is what a reading takes in its hold log record.
+func (h heldReading) size() int64 {
+	var b [binary.MaxVarintLen64]byte
+	str := func(s string) int { return binary.PutUvarint(b[:], uint64(len(s))) + len(s) }
+	return int64(str(h.device) + str(h.metric) + str(h.unit) + 8 + binary.PutVarint(b[:], h.delta))
+}
+
+// holdVerdict is what becomes of a reading the gateway would hold.
+type holdVerdict int
+
+const (
+	holdIt        holdVerdict = iota
+	holdRefused               // over the series limits: too_many_series
+	holdOverShare             // its device holds its share: aggregate it now, unverified
+)
+
+// admitHeld decides whether reading h may be held (and if so counts it),
+// with g.mu held.
+func (g *Gateway) admitHeld(h heldReading) holdVerdict {
+	s := &g.ing.share
+	d := s.devices[h.device]
+	var heldMetric bool
+	if d != nil {
+		_, heldMetric = d.metrics[h.metric]
+	}
+	if !heldMetric {
+		if live, known, metrics := g.agg.Has(h.device, h.metric); !live && !g.seriesRoom(h.device, known, metrics, d) {
+			s.refused++
+			return holdRefused
+		}
+	}
+	if d != nil && d.bytes+h.size() > g.opts.HoldMaxBytes/holdDeviceShare {
+		s.overShare++
+		return holdOverShare
+	}
+	s.add(h)
+	return holdIt
+}
+
+// seriesRoom reports whether a new series of device (known to the
+// aggregator or not, with metrics series there, d what the hold holds of
+// it) is within the aggregator's limits, counting the series and devices
+// the hold holds as made. First on the upper bound (a series or device
+// both held and in the aggregator counted twice: after a restart, the
+// open windows of series whose readings are now held); only when that is
+// at a limit, exactly.
+func (g *Gateway) seriesRoom(device string, known bool, metrics int, d *heldDevice) bool {
+	s := &g.ing.share
+	maxSeries, maxDevices, maxMetrics := g.agg.Limits()
+	m := s.memoFor(g.cur.Seq, [4]int{g.agg.Series(), g.agg.Devices(), s.series, len(s.devices)})
+	notLive := func(dev string, held map[string]struct{}) (n int) {
+		for metric := range held {
+			if live, _, _ := g.agg.Has(dev, metric); !live {
+				n++
+			}
+		}
+		return n
+	}
+	if maxMetrics > 0 && metrics >= maxMetrics {
+		return false
+	}
+	if maxMetrics > 0 && d != nil && metrics+len(d.metrics) >= maxMetrics {
+		if m.device != device || m.metrics < 0 {
+			m.device, m.metrics = device, notLive(device, d.metrics)
+		}
+		if metrics+m.metrics >= maxMetrics {
+			return false
+		}
+	}
+	if maxSeries > 0 && g.agg.Series()+s.series >= maxSeries {
+		if m.series < 0 {
+			m.series = 0
+			for dev, hd := range s.devices {
+				m.series += notLive(dev, hd.metrics)
+			}
+		}
+		if g.agg.Series()+m.series >= maxSeries {
+			return false
+		}
+	}
+	if maxDevices > 0 && !known && d == nil && g.agg.Devices()+len(s.devices) >= maxDevices {
+		if m.devices < 0 {
+			m.devices = 0
+			for dev := range s.devices {
+				if _, k, _ := g.agg.Has(dev, ""); !k {
+					m.devices++
+				}
+			}
+		}
+		if g.agg.Devices()+m.devices >= maxDevices {
+			return false
+		}
+	}
+	return true
+}
+
+// roomMemo keeps the exact counts seriesRoom made at a limit while what
+// they count has not changed, within one publication: one of thousands
+// of new series from a device at its limit counts once, not once a
+// reading. Kept per publication (by its journal seq) so that a replay,
+// which applies whole publications, counts the same.
+type roomMemo struct {
+	seq uint64
+	key [4]int // the aggregator's series and devices, the hold's series and devices
+	// Not counted: -1.
+	device                   string
+	metrics, series, devices int
+}
+
+// memoFor returns the memo of publication seq, cleared when it is another
+// publication's or key has changed.
+func (s *holdShare) memoFor(seq uint64, key [4]int) *roomMemo {
+	m := &s.memo
+	if m.seq != seq || m.key != key {
+		*m = roomMemo{seq: seq, key: key, metrics: -1, series: -1, devices: -1}
+	}
+	return m
+}
+
 // HoldStats describes the hold.
 type HoldStats struct {
 	Readings     uint64        // held now, waiting for the clock
@@ -146,6 +345,11 @@ type HoldStats struct {
 	// re-based to true time, or aggregated at the gateway's unverified
 	// time.
 	Rebased, Unverified uint64
+	// Refused counts the readings refused as they were to be held, over
+	// the aggregator's series limits (too_many_series); OverShare those
+	// of a device holding its share of clock.hold_max_bytes, aggregated
+	// at once, unverified (not in Unverified). Since start.
+	Refused, OverShare uint64
 }
 
 // holding reports whether a reading the gateway stamps now goes to the
@@ -173,6 +377,7 @@ func (g *Gateway) holdPublication(topic, client string) {
 			return
 		}
 	}
+	g.ing.share.addRecord(&rec, len(g.holdBuf))
 	hs := &g.hold
 	if hs.Records == 0 {
 		hs.Since = g.tl.Elapsed
@@ -244,6 +449,7 @@ func (g *Gateway) releaseHeld(seq uint64, synced bool) {
 	}
 	hs := &g.hold
 	hs.Start, hs.Records, hs.Readings, hs.Bytes, hs.Since = next, 0, 0, 0, 0
+	g.ing.share.reset()
 	hs.Rebased += rebased
 	hs.Unverified += unverified
 	if !g.replaying {
@@ -299,11 +505,42 @@ func (g *Gateway) restoreHold(cp *journal.Checkpoint) {
 			}
 		}
 	}
+	g.restoreShare(cp)
+}
+
+// restoreShare rebuilds what each device holds from the hold log's
+// records the checkpoint holds (those of events up to its seq; the
+// replay holds the ones after again).
+func (g *Gateway) restoreShare(cp *journal.Checkpoint) {
+	g.ing.share.reset()
+	if cp == nil || g.hold.Records == 0 {
+		return
+	}
+	r := g.holdLog.NewReader(g.hold.Start)
+	defer r.Close()
+	for {
+		_, data, err := r.Next()
+		if err != nil {
+			return // the end, or what releaseHeld will find unreadable
+		}
+		rec, err := decodeHeld(data)
+		if err != nil {
+			continue
+		}
+		if rec.seq > cp.Seq {
+			return
+		}
+		for _, h := range rec.readings {
+			g.ing.share.add(h)
+		}
+		g.ing.share.addRecord(&rec, len(data))
+	}
 }
 
 func (g *Gateway) holdStats() HoldStats {
 	hs := g.hold
-	st := HoldStats{Readings: hs.Readings, Publications: hs.Records, Bytes: hs.Bytes, Rebased: hs.Rebased, Unverified: hs.Unverified}
+	st := HoldStats{Readings: hs.Readings, Publications: hs.Records, Bytes: hs.Bytes, Rebased: hs.Rebased, Unverified: hs.Unverified,
+		Refused: g.ing.share.refused, OverShare: g.ing.share.overShare}
 	if hs.Records > 0 {
 		st.Age = time.Duration(g.tl.elapsedAt(g.clk.BootID(), g.clk.Monotonic(), g.clk.Now())) - time.Duration(hs.Since)
 	}

@@ -40,6 +40,7 @@ type ingestHandler struct {
 	dl      DeadLetter    // the publication's dead letter so far; Reason is empty while nothing was refused
 	payOnce bool          // the payload is in dl
 	held    []heldReading // readings held until the clock is synchronized (hold.go)
+	share   holdShare     // what the hold holds per device (hold.go)
 	// counted is the reason Counted last counted in this publication's
 	// dead letter: its index in g.rejected and in dl.Reasons (-1: none).
 	counted struct {
@@ -52,6 +53,8 @@ type ingestHandler struct {
 // a device its publisher may not publish for.
 const ReasonDeviceNotAllowed = "device_not_allowed"
 
+var _ payload.Counter = (*ingestHandler)(nil)
+
 func (h *ingestHandler) Reading(r aggregate.Reading) {
 	if h.device != "" && r.Device != h.device {
 		// Decided here, where the device is known (a payload may name
@@ -59,6 +62,9 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		// Like every refusal, it goes into the publication's one dead
 		// letter.
 		h.g.notAllowed.Add(1)
+		if h.Counted(ReasonDeviceNotAllowed) {
+			return
+		}
 		detail := "the publisher may publish readings of device " + strconv.Quote(h.device) + " only"
 		// Filed under the publisher (the claimed device is in the reading),
 		// not under the device it tried to speak for.
@@ -72,14 +78,25 @@ func (h *ingestHandler) Reading(r aggregate.Reading) {
 		r.Time, r.Timing = h.now, aggregate.GatewayTime
 	}
 	if r.Timing == aggregate.GatewayTime && !h.g.tl.Synchronized {
-		if h.g.holding() {
-			h.held = append(h.held, heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()})
-			return
+		if h.g.holding() && r.Device != "" && r.Metric != "" {
+			hr := heldReading{device: r.Device, metric: r.Metric, unit: r.Unit, value: r.Value, delta: r.Time.Sub(h.now).Nanoseconds()}
+			switch h.g.admitHeld(hr) {
+			case holdIt:
+				h.held = append(h.held, hr)
+				return
+			case holdRefused:
+				if !h.Counted(payload.Reason(aggregate.TooManySeries.String())) {
+					h.refuse(DeadItem{Reason: aggregate.TooManySeries.String(), Detail: outcomeDetail(aggregate.TooManySeries) + " (counting the series held until the clock is synchronized)",
+						HasReading: true, Reading: r}, r.Device)
+				}
+				return
+			}
+			// Over its device's share of the hold: aggregated now.
 		}
-		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0
+		r.Timing = aggregate.UnverifiedTime // clock.hold_max_bytes: 0, or over the device's share
 	}
 	o := h.g.agg.Add(r)
-	if o.Accepted() {
+	if o.Accepted() || h.Counted(payload.Reason(o.String())) {
 		return
 	}
 	h.refuse(DeadItem{Reason: o.String(), Detail: outcomeDetail(o), HasReading: true, Reading: r}, r.Device)
@@ -92,10 +109,12 @@ func (h *ingestHandler) Reject(e *payload.Error) {
 }
 
 // Counted counts a refusal without its details when the dead letter
-// would keep none of them (sparkplug.Handler): it lists MaxDeadItems
-// items, and reason is among its reasons already. Past that, a
-// publication of many refused items costs a count each, not a
-// description.
+// would keep none of them (sparkplug.Handler, payload.Counter): it lists
+// MaxDeadItems items, and reason is among its reasons already. Past
+// that, a publication of many refused items (Sparkplug metrics, JSON
+// fields, SenML records, readings the aggregator refuses) costs a count
+// each, not a description. A reason that is not the decoder's (the
+// aggregator's, device_not_allowed) is counted by its own counter.
 func (h *ingestHandler) Counted(reason payload.Reason) bool {
 	d := &h.dl
 	if len(d.Items) < MaxDeadItems {

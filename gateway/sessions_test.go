@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/eclipse/paho.golang/packets"
@@ -153,4 +154,73 @@ func v3ConnectSession(id, user, pass string) []byte {
 	b := v3Connect(id, user, pass)
 	b[9] &^= 0x02 // connect flags, after the fixed header, "MQTT" and the level
 	return b
+}
+
+// TestAnonymousSessionLimit: with anonymous access every new client id
+// is a new identity, so the per-identity cap does not bound them. Their
+// persistent sessions have a cap of their own (half of mqtt.max_sessions),
+// and an anonymous newcomer makes room only among anonymous sessions: a
+// flood of new anonymous client ids never ends a named identity's away
+// session; with every anonymous session connected, it is refused.
+func TestAnonymousSessionLimit(t *testing.T) {
+	cfg := sessionConfig(t)
+	cfg.MQTT.AllowAnonymous = true
+	cfg.MQTT.MaxSessions, cfg.MQTT.MaxSessionsPerIdentity = 4, 2
+	gw, stop := runGateway(t, cfg)
+	defer stop()
+	addr := gw.Addr()
+	connect := func(id, user, pass string, resume bool) (*v5, bool) {
+		t.Helper()
+		c, code, present := dialSession(t, addr, id, user, pass, resume)
+		if code != 0 {
+			t.Fatalf("%s: CONNACK %#x", id, code)
+		}
+		return c, present
+	}
+	anonymous := func(id string) (*v5, byte) {
+		t.Helper()
+		c := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: id, CleanStart: true, KeepAlive: 30,
+			Properties: &packets.Properties{SessionExpiryInterval: ptr(uint32(3600))}}
+		return connectV5(t, dial(t, addr), c)
+	}
+	d1, _ := connect("dev-1", "dev-1", "pw-1", false)
+	leave(t, gw, d1, 0)
+	d2, _ := connect("dev-2", "dev-2", "pw-2", false)
+	leave(t, gw, d2, 0)
+	// Twenty new anonymous identities, one after the other: each leaves
+	// its session behind.
+	for i := range 20 {
+		c, code := anonymous(fmt.Sprintf("anon-%02d", i))
+		if code != 0 {
+			t.Fatalf("anon-%02d: CONNACK %#x", i, code)
+		}
+		leave(t, gw, c, 0)
+	}
+	if st := settled(t, gw, func(st gateway.Stats) bool { return st.Sessions == 4 }); st.Sessions != 4 {
+		t.Errorf("%d sessions, want 4 (dev-1, dev-2 and two anonymous)", st.Sessions)
+	}
+	for _, id := range []string{"dev-1", "dev-2"} {
+		c, present := connect(id, id, "pw-"+id[len(id)-1:], true)
+		if !present {
+			t.Errorf("%s resumed after the anonymous flood: session not present, want kept", id)
+		}
+		defer c.conn.Close()
+	}
+	// The two anonymous sessions kept are the latest; connected, they
+	// leave an anonymous newcomer no room, and named sessions are not
+	// its to end.
+	for _, id := range []string{"anon-18", "anon-19"} {
+		c := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: id, KeepAlive: 30,
+			Properties: &packets.Properties{SessionExpiryInterval: ptr(uint32(3600))}}
+		cl, code := connectV5(t, dial(t, addr), c)
+		if code != 0 || !cl.connack.SessionPresent {
+			t.Errorf("%s resumed: CONNACK %#x, session present %v; want 0, present", id, code, cl.connack.SessionPresent)
+		}
+	}
+	if _, code := anonymous("anon-new"); code != 0x97 {
+		t.Errorf("an anonymous session with every anonymous one connected: CONNACK %#x, want 0x97", code)
+	}
+	if st := settled(t, gw, func(st gateway.Stats) bool { return st.Sessions == 4 }); st.Sessions != 4 || st.SessionsEvicted != 18 {
+		t.Errorf("%d sessions, %d evicted; want 4, 18 (anonymous ones)", st.Sessions, st.SessionsEvicted)
+	}
 }

@@ -109,6 +109,8 @@ type Options struct {
 	ConnectBurst           int
 	ConnectRateExempt      []string // CIDR prefixes
 	PublishRate            float64  // publications per second per client; 0: no limit
+	PublishBytesRate       float64  // bytes (topic and payload) published per second per client; 0: no limit
+	PublishBytesBurst      int      // bytes a client may publish at once (at least MaxPacket)
 	PingRate               float64  // PINGREQs per second per client (bursts of pingBurst); faster ones disconnect it; 0: no limit
 	MaxKeepAlive           time.Duration
 	// PasswordChecks bounds the bcrypt comparisons running at once

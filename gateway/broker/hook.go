@@ -87,9 +87,10 @@ type clientInfo struct {
 	identity  string
 	anonymous bool // identity is the client id
 	role      *auth.Role
-	// publish is the client's publish rate bucket. Only the client's own
-	// read goroutine (OnPublish) touches it.
-	publish ratelimit.Bucket
+	// publish and publishBytes are the client's publish rate buckets, of
+	// messages and of bytes. Only the client's own read goroutine
+	// (OnPublish) touches them.
+	publish, publishBytes ratelimit.Bucket
 	// pings is the client's PINGREQ budget (mqtt.ping_rate_per_client);
 	// only its read goroutine (OnPacketRead) touches it.
 	pings ratelimit.Bucket
@@ -274,19 +275,35 @@ func (h *hook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	return true
 }
 
-// throttle holds a client's publication until its publish rate allows it.
-// The client's packets are not read meanwhile, so TCP flow control slows
-// it down; nothing is refused or lost.
-func (h *hook) throttle(info *clientInfo) {
-	rate := h.b.opts.PublishRate
-	if rate <= 0 {
-		return
+// throttle holds a client's publication of size bytes (topic and payload)
+// until its publish rates allow it: mqtt.publish_rate_per_client counts
+// messages, and publish_bytes_rate_per_client their bytes, so that
+// a client within the message rate cannot send max_packet_bytes with
+// each. It sleeps in the client's own goroutine: the client's packets are
+// not read meanwhile, so TCP flow control slows it down; nothing is
+// refused or lost. A publication held by either rate counts once in
+// Throttled.
+func (h *hook) throttle(info *clientInfo, size int) {
+	held := false
+	if rate := h.b.opts.PublishRate; rate > 0 {
+		burst := max(1, int(rate))
+		if wait := info.publish.Take(time.Now(), rate, burst); wait > 0 {
+			held = true
+			time.Sleep(wait)
+			info.publish.Take(time.Now(), rate, burst)
+		}
 	}
-	burst := max(1, int(rate))
-	if wait := info.publish.Take(time.Now(), rate, burst); wait > 0 {
+	if rate := h.b.opts.PublishBytesRate; rate > 0 {
+		// A publication takes its bytes at once, into debt if need be
+		// (one larger than what is left still goes), and is held until
+		// the debt is paid; the client's next packet waits with it.
+		if wait := info.publishBytes.TakeN(time.Now(), float64(size), rate, h.b.opts.PublishBytesBurst); wait > 0 {
+			held = true
+			time.Sleep(wait)
+		}
+	}
+	if held {
 		h.b.throttled.Add(1)
-		time.Sleep(wait)
-		info.publish.Take(time.Now(), rate, burst)
 	}
 }
 
@@ -332,7 +349,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 		return pk, packets.ErrRejectPacket // not authenticated: cannot happen
 	}
 	info := v.(*clientInfo)
-	h.throttle(info)
+	h.throttle(info, len(pk.TopicName)+len(pk.Payload))
 	qos := pk.FixedHeader.Qos
 	if qos > 0 {
 		if int(info.acks.open2.Load()) >= b.opts.ReceiveMaximum {

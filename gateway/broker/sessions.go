@@ -24,7 +24,13 @@ import (
 //     their client leaves, in mochi, the journal and every checkpoint) are
 //     capped per identity and in total: a new one ends the session of the
 //     same identity (or, for the total, of anyone) closest to its expiry
-//     whose client is away, and is refused when every one is connected.
+//     whose client is away, and is refused when every one is connected;
+//   - anonymous clients are each an identity of their own (the client
+//     id), so the cap per identity does not bound them: their persistent
+//     sessions are capped together at half of the total
+//     (anonymousSessions), and an anonymous newcomer only ever ends an
+//     anonymous session. A flood of new anonymous client ids then ends
+//     its own sessions, never the away session of a named identity.
 
 // ClientIDRule says which client ids a client of the device role may use.
 type ClientIDRule string
@@ -131,20 +137,32 @@ func (s *sessions) remove(cid string) {
 	delete(s.by, cid)
 }
 
+// anonymousSessions is the cap on anonymous clients' persistent sessions
+// together, given mqtt.max_sessions: half, so that named identities
+// (devices with passwords or certificates, dashboards) always have the
+// other half whatever anonymous clients do; at least one.
+func anonymousSessions(maxSessions int) int { return max(1, maxSessions/2) }
+
+// scope says which sessions a cap counts, and which of them a newcomer
+// may end to make room.
+type scope struct {
+	count, evict func(owner) bool
+}
+
 // victim returns the client id of the away session closest to its expiry
-// among those of o (or all, with all set), and how many there are. A
-// session recorded as connected whose client live says is gone (its
-// connection failed before mochi reported an end) counts as away, first.
-func (s *sessions) victim(o owner, all bool, live func(cid string) bool) (cid string, n int, ok bool) {
+// among those sc may end, and how many sessions sc counts. A session
+// recorded as connected whose client live says is gone (its connection
+// failed before mochi reported an end) counts as away, first.
+func (s *sessions) victim(sc scope, live func(cid string) bool) (cid string, n int, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var best *session
 	for id, e := range s.by {
-		if !all && e.owner != o {
+		if !sc.count(e.owner) {
 			continue
 		}
 		n++
-		if e.connected && live(id) {
+		if !sc.evict(e.owner) || e.connected && live(id) {
 			continue
 		}
 		expires := e.expires
@@ -197,27 +215,38 @@ func (h *hook) admitSession(cl *mqtt.Client, info *clientInfo) (Refusal, string,
 	if _, resumed := h.sessions.owner(cl.ID); resumed {
 		return 0, "", true
 	}
-	for _, all := range []bool{false, true} {
-		limit := b.opts.MaxSessionsPerIdentity
-		if all {
-			limit = b.opts.MaxSessions
+	mine := func(o owner) bool { return o == me }
+	anonymous := func(o owner) bool { return o.anonymous }
+	anyone := func(owner) bool { return true }
+	type sessionCap struct {
+		sc    scope
+		limit int
+		key   string
+	}
+	caps := []sessionCap{
+		{scope{mine, mine}, b.opts.MaxSessionsPerIdentity, "mqtt.max_sessions_per_identity"},
+		{scope{anyone, anyone}, b.opts.MaxSessions, "mqtt.max_sessions"},
+	}
+	if me.anonymous {
+		caps = []sessionCap{
+			caps[0],
+			{scope{anonymous, anonymous}, anonymousSessions(b.opts.MaxSessions), "anonymous clients' half of mqtt.max_sessions"},
+			{scope{anyone, anonymous}, b.opts.MaxSessions, "mqtt.max_sessions; an anonymous client ends anonymous sessions only"},
 		}
+	}
+	for _, c := range caps {
 		for {
-			victim, n, ok := h.sessions.victim(me, all, h.live)
-			if limit <= 0 || n < limit {
+			victim, n, ok := h.sessions.victim(c.sc, h.live)
+			if c.limit <= 0 || n < c.limit {
 				break
 			}
 			if !ok {
-				key := "mqtt.max_sessions_per_identity"
-				if all {
-					key = "mqtt.max_sessions"
-				}
 				code := packets.ErrQuotaExceeded
 				if cl.Properties.ProtocolVersion < 5 {
 					code = packets.Err3ServerUnavailable
 				}
 				_ = b.server.SendConnack(cl, code, false, nil)
-				return RefusedSessionLimit, fmt.Sprintf("%d persistent sessions, all connected (%s)", n, key), false
+				return RefusedSessionLimit, fmt.Sprintf("%d persistent sessions, none it may end away (%s)", n, c.key), false
 			}
 			h.endSession(victim)
 		}

@@ -60,6 +60,29 @@ type Handler interface {
 	Reject(err *Error)
 }
 
+// Counter may be implemented by a Handler that keeps the details of only
+// so many refused items. Before it describes a refused item of an object
+// or a SenML pack, the decoder asks Counted: true means the handler has
+// counted the refusal for reason and wants no description, so the
+// decoder makes none (a pack of 20,000 bad records then costs a count
+// each, not an error message each).
+type Counter interface {
+	Counted(reason Reason) bool
+}
+
+// errCounted is what resolveSenML returns for a refusal the Counter
+// counted: nothing to hand on.
+var errCounted = &Error{}
+
+// counter returns h's Counter, or nil.
+func counter(h Handler) Counter {
+	c, _ := h.(Counter)
+	return c
+}
+
+// counted reports whether c counted a refusal for reason.
+func counted(c Counter, reason Reason) bool { return c != nil && c.Counted(reason) }
+
 // DefaultMaxPayload is the largest payload decoded by default.
 const DefaultMaxPayload = 64 << 10
 
@@ -244,9 +267,23 @@ func decodeObject(device string, b []byte, now time.Time, h Handler) error {
 		return jsonError(err)
 	}
 	s = scanner{b: b}
+	cnt := counter(h)
 	return s.objectFields(func(key []byte, esc bool) error {
 		if !esc && string(key) == "t" {
 			return s.skip(0)
+		}
+		if !esc && cnt != nil {
+			// Refused and counted: not even the name is copied.
+			reason := Reason("")
+			switch {
+			case !validKey(key):
+				reason = ReasonName
+			case s.kind() != kindNumber:
+				reason = ReasonUnsupported
+			}
+			if reason != "" && cnt.Counted(reason) {
+				return s.skip(0)
+			}
 		}
 		name, err := keyString(key, esc)
 		if err != nil {
@@ -262,7 +299,9 @@ func decodeObject(device string, b []byte, now time.Time, h Handler) error {
 		}
 		v, err := s.number()
 		if err != nil {
-			h.Reject(rangeError(name, nil))
+			if !counted(cnt, ReasonRange) {
+				h.Reject(rangeError(name, nil))
+			}
 			return nil
 		}
 		h.Reading(aggregate.Reading{Device: device, Metric: name, Time: t, Value: v, Timing: timing})
@@ -309,6 +348,7 @@ func decodeSenML(topicDevice string, b []byte, now time.Time, h Handler) error {
 	s = scanner{b: b}
 	s.i++ // '['
 	var base senmlRecord
+	cnt := counter(h)
 	if s.peek() == ']' {
 		return &Error{Reason: ReasonEmpty, Detail: "SenML pack has no records"}
 	}
@@ -332,7 +372,9 @@ func decodeSenML(topicDevice string, b []byte, now time.Time, h Handler) error {
 		if rec.hasBV {
 			base.bv, base.hasBV = rec.bv, true
 		}
-		if r, e := resolveSenML(topicDevice, &base, &rec, idx, now); e != nil {
+		if r, e := resolveSenML(topicDevice, &base, &rec, idx, now, cnt); e == errCounted {
+			// counted, not described
+		} else if e != nil {
 			h.Reject(e)
 		} else {
 			h.Reading(r)
@@ -346,10 +388,15 @@ func decodeSenML(topicDevice string, b []byte, now time.Time, h Handler) error {
 	}
 }
 
-func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.Time) (aggregate.Reading, *Error) {
-	item := fmt.Sprintf("record %d", idx)
-	if rec.n != "" {
-		item = fmt.Sprintf("record %d (%s)", idx, base.bn+rec.n)
+// resolveSenML makes record idx of a pack into a reading, or says why it
+// is refused. A refusal cnt counts is errCounted: the item's name and
+// detail are made only for a refusal that is described.
+func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.Time, cnt Counter) (aggregate.Reading, *Error) {
+	item := func() string {
+		if rec.n != "" {
+			return fmt.Sprintf("record %d (%s)", idx, base.bn+rec.n)
+		}
+		return fmt.Sprintf("record %d", idx)
 	}
 	var r aggregate.Reading
 	switch {
@@ -363,35 +410,59 @@ func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.
 		r.Device = strings.TrimRight(base.bn, ":/.")
 		r.Metric = rec.n
 		if r.Device == "" {
-			return r, &Error{Reason: ReasonName, Item: item, Detail: `the topic names no device, so the pack needs a base name "bn" naming it`}
+			if counted(cnt, ReasonName) {
+				return r, errCounted
+			}
+			return r, &Error{Reason: ReasonName, Item: item(), Detail: `the topic names no device, so the pack needs a base name "bn" naming it`}
 		}
 	}
-	if e := checkName("device", r.Device); e != nil {
-		e.Item = item
+	for _, n := range [...]struct{ what, name string }{{"device", r.Device}, {"metric", r.Metric}} {
+		if validName(n.name) {
+			continue
+		}
+		if counted(cnt, ReasonName) {
+			return r, errCounted
+		}
+		e := checkName(n.what, n.name)
+		e.Item = item()
 		return r, e
 	}
-	if e := checkName("metric", r.Metric); e != nil {
-		e.Item = item
-		return r, e
-	}
-	if rec.mustUnderstand != "" {
-		return r, &Error{Reason: ReasonUnsupported, Item: item, Detail: fmt.Sprintf("field %q must be understood (RFC 8428 §4.4) and is not", rec.mustUnderstand)}
-	}
-	if rec.timeErr || rec.valErr {
-		return r, &Error{Reason: ReasonInvalidJSON, Item: item, Detail: "a time or value field is not a number"}
-	}
+	var reason Reason
 	switch {
+	case rec.mustUnderstand != "":
+		reason = ReasonUnsupported
+	case rec.timeErr || rec.valErr:
+		reason = ReasonInvalidJSON
 	case rec.hasV:
 		r.Value = base.bv + rec.v
+		if math.IsInf(r.Value, 0) {
+			reason = ReasonRange
+		}
 	case rec.other != "":
-		return r, &Error{Reason: ReasonUnsupported, Item: item, Detail: fmt.Sprintf("SenML %q values are not aggregated; only numeric \"v\"", rec.other)}
+		reason = ReasonUnsupported
 	case base.hasBV:
 		r.Value = base.bv
 	default:
-		return r, &Error{Reason: ReasonNoValue, Item: item, Detail: `record has no "v"`}
+		reason = ReasonNoValue
 	}
-	if math.IsInf(r.Value, 0) {
-		return r, &Error{Reason: ReasonRange, Item: item, Detail: "bv + v overflows"}
+	if reason != "" {
+		if counted(cnt, reason) {
+			return r, errCounted
+		}
+		e := &Error{Reason: reason, Item: item()}
+		switch {
+		case rec.mustUnderstand != "":
+			e.Detail = fmt.Sprintf("field %q must be understood (RFC 8428 §4.4) and is not", rec.mustUnderstand)
+		case rec.timeErr || rec.valErr:
+			e.Detail = "a time or value field is not a number"
+		case reason == ReasonRange:
+			e.Detail = "bv + v overflows"
+		case rec.other != "":
+			e.Detail = fmt.Sprintf("SenML %q values are not aggregated; only numeric \"v\"", rec.other)
+		default:
+			e.Detail = `record has no "v"`
+		}
+		return r, e
 	}
 	r.Unit = base.bu
 	if rec.hasU {
@@ -404,9 +475,12 @@ func resolveSenML(topicDevice string, base, rec *senmlRecord, idx int, now time.
 			// Relative to now: the gateway's clock, shifted.
 			r.Time = now.Add(time.Duration(ts * float64(time.Second)))
 		} else {
+			if (ts < 0 || ts >= msThreshold) && counted(cnt, ReasonTimestamp) {
+				return r, errCounted // secondsTime would refuse it
+			}
 			t, err := secondsTime(ts)
 			if err != nil {
-				err.Item = item
+				err.Item = item()
 				return r, err
 			}
 			r.Time, r.Timing = t, aggregate.DeviceTime
@@ -532,6 +606,23 @@ func quoteShort(b []byte) string {
 		return fmt.Sprintf("%q...", b[:40])
 	}
 	return fmt.Sprintf("%q", b)
+}
+
+// validName and validKey report whether checkName accepts a name,
+// without making the error.
+func validName(name string) bool { return nameBytesOK(name) && utf8.ValidString(name) }
+func validKey(key []byte) bool   { return nameBytesOK(key) && utf8.Valid(key) }
+
+func nameBytesOK[S string | []byte](name S) bool {
+	if len(name) == 0 || len(name) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f || c == '/' || c == '+' || c == '#' {
+			return false
+		}
+	}
+	return true
 }
 
 func checkName(what, name string) *Error {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -306,3 +307,58 @@ type discard struct{ n int }
 
 func (d *discard) Reading(aggregate.Reading) { d.n++ }
 func (d *discard) Reject(*Error)             {}
+
+// countingHandler keeps the details of keep refusals and counts the
+// rest by reason, as the gateway's dead letter does (Counter).
+type countingHandler struct {
+	keep     int
+	rejected []*Error
+	counted  map[Reason]int
+	readings int
+}
+
+func (c *countingHandler) Reading(aggregate.Reading) { c.readings++ }
+func (c *countingHandler) Reject(e *Error)           { c.rejected = append(c.rejected, e) }
+func (c *countingHandler) Counted(r Reason) bool {
+	if len(c.rejected) < c.keep {
+		return false
+	}
+	c.counted[r]++
+	return true
+}
+
+// TestDecodeCounted: past what a Counter keeps, the refused items of a
+// JSON object or a SenML pack are counted by reason, not described (each
+// description is an error message the single applier formats).
+func TestDecodeCounted(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	cases := map[string]struct {
+		topic, payload string
+		readings       int
+		counted        map[Reason]int
+	}{
+		"object": {"s/d", `{"a":"x","b":true,"":1,"c/d":2,"e":"y","ok":1,"f":null,"g":1e999}`, 1,
+			map[Reason]int{ReasonUnsupported: 2, ReasonName: 2, ReasonRange: 1}},
+		"senml": {"s/d", `[{"n":"a","vs":"x"},{"n":"b","vb":true},{},{"n":"c","v":"1"},{"n":"ok","v":1},{"n":"d","t":1e12,"v":1},{"n":"e"},{"n":"x","y_":1,"v":1}]`, 1,
+			map[Reason]int{ReasonUnsupported: 1, ReasonName: 1, ReasonInvalidJSON: 1,
+				ReasonTimestamp: 1, ReasonNoValue: 1}},
+		"senml without device": {"s", `[{"n":"a","vs":"x"},{"n":"b","v":1},{"n":"c","v":2}]`, 0,
+			map[Reason]int{ReasonName: 1}},
+	}
+	dec, err := NewDecoder([]string{"s/{device}", "s"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := &countingHandler{keep: 2, counted: map[Reason]int{}}
+			if _, err := dec.Decode(c.topic, []byte(c.payload), now, h); err != nil {
+				t.Fatal(err)
+			}
+			if len(h.rejected) != 2 || h.readings != c.readings || !maps.Equal(h.counted, c.counted) {
+				t.Errorf("%d described (%v), %d readings, counted %v; want 2 described, %d readings, counted %v",
+					len(h.rejected), h.rejected, h.readings, h.counted, c.readings, c.counted)
+			}
+		})
+	}
+}

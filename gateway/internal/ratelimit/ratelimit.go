@@ -30,6 +30,25 @@ func (b *Bucket) Take(now time.Time, rate float64, burst int) time.Duration {
 	return time.Duration((1 - b.tokens) / rate * float64(time.Second))
 }
 
+// TakeN takes n tokens at now, into debt if there are not so many (n may
+// be more than burst: a large event goes through at once and its cost is
+// paid after), and returns how long until the debt is paid: 0 when there
+// is none. A caller that waits that long before its next event keeps to
+// rate.
+func (b *Bucket) TakeN(now time.Time, n, rate float64, burst int) time.Duration {
+	if b.last.IsZero() {
+		b.tokens = float64(burst)
+	} else {
+		b.tokens = min(float64(burst), b.tokens+now.Sub(b.last).Seconds()*rate)
+	}
+	b.last = now
+	b.tokens -= n
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens / rate * float64(time.Second))
+}
+
 // PerAddress limits new connections per source address (an IPv6 /64:
 // see Key); addresses in the exempt prefixes are never limited.
 type PerAddress struct {

@@ -58,3 +58,29 @@ func TestPerAddressIPv6Network(t *testing.T) {
 		t.Error("IPv4 addresses of one /24 share a bucket")
 	}
 }
+
+// TestTakeN: a burst passes at once; past it, the debt is paid at the
+// rate, and an event larger than the burst goes through and is paid
+// after.
+func TestTakeN(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var b Bucket
+	const rate, burst = 1000, 2000 // bytes per second
+	for i, step := range []struct {
+		at   time.Duration
+		n    float64
+		wait time.Duration
+	}{
+		{0, 1500, 0},           // 500 left
+		{0, 500, 0},            // 0 left
+		{0, 1000, time.Second}, // 1000 in debt
+		{time.Second, 500, 500 * time.Millisecond}, // paid, 500 in debt
+		{10 * time.Second, 5000, 3 * time.Second},  // full (2000), 3000 in debt
+		{13 * time.Second, 0, 0},                   // paid
+		{15 * time.Second, 2000, 0},                // a full burst again
+	} {
+		if got := b.TakeN(t0.Add(step.at), step.n, rate, burst); got != step.wait {
+			t.Errorf("step %d: TakeN(%v, %v) waits %v, want %v", i, step.at, step.n, got, step.wait)
+		}
+	}
+}
