@@ -540,6 +540,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer jcancel()
 	jdone := make(chan error, 1)
 	go func() { jdone <- g.j.Run(jctx) }()
+	// The host's STATE is retained before any client can connect: a
+	// host application that subscribes as soon as it is let in gets it
+	// retained, not a live copy it may miss.
+	g.publishState(true)
 	// mochi reads the restored sessions as it starts; nothing is applied
 	// meanwhile.
 	g.mu.Lock()
@@ -553,7 +557,6 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return err
 	}
 	g.serving.Store(true)
-	g.publishState(true)
 	g.log.Info("mqtt broker listening", "addr", g.Addr(), "tls", g.TLSAddr(), "websocket", g.WebSocketAddr(),
 		"anonymous", g.opts.Broker.AllowAnonymous, "topics", g.opts.Topics)
 	sctx, scancel := context.WithCancel(ctx)
