@@ -185,6 +185,10 @@ type MQTT struct {
 	PingRate               float64  `yaml:"ping_rate_per_client"`
 	MaxKeepAlive           Duration `yaml:"max_keep_alive"`
 	WriteTimeout           Duration `yaml:"write_timeout"`
+	// ReceiptMargin is how long a connection must outlive the client's TCP
+	// acknowledgement of a PUBACK for the PUBACK to count as received
+	// (duplicate detection then forgets the publication).
+	ReceiptMargin Duration `yaml:"receipt_margin"`
 	// MaxPasswordChecks bounds the bcrypt comparisons running at once;
 	// 0 is half the cores (GOMAXPROCS), at least 1.
 	MaxPasswordChecks int `yaml:"max_password_checks"`
@@ -567,8 +571,9 @@ func Default() Config {
 			// more, or for none, is told 2 min, at the cost of a 2-byte
 			// PINGREQ every 2 min. Raise it for battery devices on
 			// costly links.
-			MaxKeepAlive: Duration(2 * time.Minute),
-			WriteTimeout: Duration(10 * time.Second),
+			MaxKeepAlive:  Duration(2 * time.Minute),
+			WriteTimeout:  Duration(10 * time.Second),
+			ReceiptMargin: Duration(time.Second),
 
 			// What the broker holds for clients: about 100 MiB at the
 			// most, which a Pi can spare (see edgegate.yaml).
@@ -1018,6 +1023,9 @@ func (c *Config) validateSecurity(add func(string, string, ...any)) {
 	}
 	if d := m.WriteTimeout.D(); d < 100*time.Millisecond || d > 5*time.Minute {
 		add("mqtt.write_timeout", "%s is out of range; use 100ms to 5m (a client that takes longer to accept one write is disconnected)", d)
+	}
+	if d := m.ReceiptMargin.D(); d < 100*time.Millisecond || d > 10*time.Minute {
+		add("mqtt.receipt_margin", "%s is out of range; use 100ms to 10m (above the longest a TCP proxy between the devices and the gateway may hold data)", d)
 	}
 	if m.ConnectRate < 0 {
 		add("mqtt.connect_rate_per_address", "%g is negative; use 0 (no limit) or connections per second", m.ConnectRate)

@@ -75,6 +75,7 @@ func (c *Config) GatewayOptions(openBus func(name string) (i2c.BusCloser, error)
 			MaxKeepAlive:           m.MaxKeepAlive.D(),
 			PasswordChecks:         m.MaxPasswordChecks,
 			WriteTimeout:           m.WriteTimeout.D(),
+			ReceiptMargin:          m.ReceiptMargin.D(),
 
 			Retained: broker.RetainedLimits{Count: m.MaxRetained, Bytes: int64(m.MaxRetainedBytes),
 				PerIdentity: m.MaxRetainedPerIdentity, BytesPerIdentity: int64(m.MaxRetainedBytesPerIdentity)},

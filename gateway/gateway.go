@@ -434,6 +434,7 @@ func (g *Gateway) applyLocked(seq uint64, rec []byte) {
 		g.ing.device, g.ing.local = "", false
 	case journal.KindTick:
 		g.ticks++
+		g.dup.Bounded()
 		g.expireSparkplug()
 		g.agg.Tick()
 	case journal.KindFlush:
@@ -714,6 +715,10 @@ type Stats struct {
 	// whose acknowledgement their client may not have received (24 bytes
 	// each), of all clients.
 	DuplicateEntries int
+	// DuplicatesEvicted counts entries dropped at their bound (journal:
+	// DefaultPerClient, DefaultTotal), oldest first: their receipt was not
+	// learnt, and a resend of one would count again.
+	DuplicatesEvicted uint64
 	// AcksUndelivered counts PUBACKs owed to connections that closed
 	// first (their clients resend, and duplicate detection answers);
 	// FlowHeld publications whose reading waited while their client had
@@ -803,7 +808,8 @@ func (g *Gateway) Stats() Stats {
 		Summaries:     c.Summaries,
 		Sessions:      len(g.sessions),
 
-		DuplicateEntries: g.dup.Entries(),
+		DuplicateEntries:  g.dup.Entries(),
+		DuplicatesEvicted: g.dup.Evicted,
 	}
 	s.Journal.Applied, s.Journal.Checkpoint = g.applied, g.lastCP
 	s.Clock = g.cw.clockStats(g.tl.Offset)

@@ -121,6 +121,10 @@ type Options struct {
 	// WriteTimeout bounds every write to a client socket; a client that
 	// does not take one within it is disconnected. Required.
 	WriteTimeout time.Duration
+	// ReceiptMargin: a PUBACK counts as received once the connection
+	// outlived the client's TCP acknowledgement of it by this much
+	// (receipts.go); 0 is DefaultReceiptMargin.
+	ReceiptMargin time.Duration
 
 	// Retained bounds the retained messages kept (retained.go).
 	Retained RetainedLimits
@@ -558,6 +562,7 @@ type ackWriter struct {
 	// acknowledges itself.)
 	unwritten1 atomic.Int32
 	open2      atomic.Int32
+	reads      atomic.Uint64 // packets read from the client (receipts.go)
 
 	mu      sync.Mutex
 	pending []byte // PUBACKs to write, in journal order

@@ -221,6 +221,10 @@ func (h *hook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 		return false
 	}
 	info.acks.cl, info.acks.b = cl, b
+	info.acks.rc.margin = b.opts.ReceiptMargin
+	if info.acks.rc.margin <= 0 {
+		info.acks.rc.margin = DefaultReceiptMargin
+	}
 	h.clients.Store(cl, info)
 	return true
 }
@@ -357,7 +361,7 @@ func (h *hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (_ packets.Packet, 
 			// for good.
 			return pk, h.overReceiveMaximum(cl)
 		}
-		ok, held, stalled := info.acks.admit(int32(b.opts.ReceiveMaximum), uint64(b.opts.ReceiveMaximum)*unreceivedPerReceiveMaximum, b.opts.WriteTimeout)
+		ok, held, stalled := info.acks.admit(int32(b.opts.ReceiveMaximum), maxUnreceived(b.opts.ReceiveMaximum), b.opts.WriteTimeout)
 		if held {
 			b.flowHeld.Add(1)
 		}
@@ -629,7 +633,11 @@ func (h *hook) OnPacketRead(cl *mqtt.Client, pk packets.Packet) (packets.Packet,
 		return pk, nil
 	}
 	if v, ok := h.clients.Load(cl); ok {
-		v.(*clientInfo).acks.readNext()
+		w := &v.(*clientInfo).acks
+		w.readNext()
+		if pk.FixedHeader.Type == packets.Disconnect {
+			w.disconnecting()
+		}
 	}
 	switch pk.FixedHeader.Type {
 	case packets.Pingreq:

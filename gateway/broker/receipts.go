@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edgegate/edgegate/gateway/journal"
 	mqtt "github.com/mochi-mqtt/server/v2"
 )
 
@@ -21,35 +22,46 @@ import (
 // a second for each connection with publications whose receipt is not
 // known, and notes where in the byte stream the latest acknowledgement
 // written so far ends. An acknowledgement counts as received once the
-// client's TCP acknowledged its bytes and the connection then lasted
-// receiptMargin more: a TCP proxy between the client and the gateway
-// acknowledges bytes it has not yet forwarded, and a client that crashes
-// just after its TCP took them has not read them; both break the
-// connection within the margin. What is received is journaled
-// (journal.KindReceived), every receiptEvery publications and when the
-// connection ends, and the applier drops the entries up to it.
+// client's TCP acknowledged its bytes, and then
+//
+//   - the client sent a packet after that (it was alive: a device whose
+//     power failed just after its TCP took the bytes never read them, and
+//     its half-open connection lasts until it comes back), and the
+//     connection lasted mqtt.receipt_margin after it (a TCP proxy between the
+//     client and the gateway acknowledges bytes it has not forwarded yet;
+//     a cut then loses them, within the margin); or
+//   - the client ended the connection with DISCONNECT: it is alive and
+//     done (mosquitto_pub, a sleepy device), and a proxy does not make one.
+//
+// What is received is journaled (journal.KindReceived) every
+// receiptEvery publications, receiptQuiet after it was learnt, and when
+// the connection ends; the applier drops the entries up to it. (After a
+// SIGKILL or a power cut, which end no connection, what was learnt in
+// the receiptQuiet before is not journaled: those publications are taken
+// for resends if they come again, as from a client whose PUBACK was lost.)
 //
 // The cost: one getsockopt and one ioctl a second per connection that
 // published since its last receipt, and a journal record of about 30
 // bytes per receiptEvery publications.
 const (
-	receiptTick   = time.Second
-	receiptMargin = time.Second
-	receiptEvery  = 64
-	receiptQuiet  = 10 * time.Second
+	receiptTick = time.Second
+	// DefaultReceiptMargin is mqtt.receipt_margin's default.
+	DefaultReceiptMargin = time.Second
+	receiptEvery         = 64
+	receiptQuiet         = 10 * time.Second
 	// maxMarks caps the positions kept per connection: one per tick while
 	// the client's TCP has not acknowledged them (a client that does not
 	// read is disconnected by mqtt.write_timeout).
 	maxMarks = 64
 )
 
-// unreceivedPerReceiveMaximum: a connection is not read while it has
-// this many times mqtt.receive_maximum publications whose
-// acknowledgement it is not known to have received (4,096 at the
-// default: the entries duplicate detection holds for it, 24 bytes
-// each). A client within mqtt.publish_rate_per_client never waits for
-// it: receipts lag by at most receiptTick + receiptMargin.
-const unreceivedPerReceiveMaximum = 16
+// maxUnreceived is how many publications a connection may have whose
+// acknowledgement it is not known to have received before it is no
+// longer read: 16 × mqtt.receive_maximum, and at least 4,096 (the entries
+// duplicate detection holds for it, 24 bytes each). Receipts lag by
+// receiptTick + mqtt.receipt_margin or the client's next packet, so a client
+// within mqtt.publish_rate_per_client (1,000/s) does not wait for it.
+func maxUnreceived(receiveMaximum int) uint64 { return uint64(max(16*receiveMaximum, 4096)) }
 
 // mark is a point in a connection's publications: the journal sequence of
 // one, and how many were journaled up to it.
@@ -74,9 +86,10 @@ type receipts struct {
 	// samples are the bytes the client's TCP had acknowledged at the
 	// latest two ticks, older first.
 	samples [2]sample
-	got     mark      // received
-	told    mark      // journaled as received
-	toldAt  time.Time // when
+	margin  time.Duration // mqtt.receipt_margin
+	got     mark          // received
+	told    mark          // journaled as received
+	toldAt  time.Time     // when
 }
 
 type rawMark struct {
@@ -87,6 +100,7 @@ type rawMark struct {
 type sample struct {
 	at    time.Time
 	acked uint64
+	reads uint64 // packets read from the client by then
 	ok    bool
 }
 
@@ -130,11 +144,11 @@ func (r *receipts) receive(s sample) {
 }
 
 // tick takes a sample at now: acked bytes acknowledged by the client's
-// TCP, end where what was written so far ends. The newest sample before
-// it at least receiptMargin old settles the marks it covers.
-func (r *receipts) tick(now time.Time, acked, end uint64) {
-	r.ended(now)
-	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, ok: true}
+// TCP, end where what was written so far ends, reads the packets read
+// from the client so far. What earlier samples allow is settled first.
+func (r *receipts) tick(now time.Time, acked, end, reads uint64) {
+	r.settle(now, reads)
+	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, reads: reads, ok: true}
 	if n := len(r.marks); r.wr.n > r.got.n && (n == 0 || r.marks[n-1].m.n < r.wr.n) {
 		if n == maxMarks {
 			r.marks[n-1] = rawMark{end, r.wr} // later and further: received no sooner
@@ -144,15 +158,25 @@ func (r *receipts) tick(now time.Time, acked, end uint64) {
 	}
 }
 
-// ended settles what is known at now (the connection's end, or a tick):
-// the newest sample at least receiptMargin older than now.
-func (r *receipts) ended(now time.Time) {
+// settle settles what is known at now, reads packets having been read
+// from the client: the newest sample at least mqtt.receipt_margin older than
+// now after which the client sent a packet.
+func (r *receipts) settle(now time.Time, reads uint64) {
 	for i := 1; i >= 0; i-- {
-		if s := r.samples[i]; s.ok && now.Sub(s.at) >= receiptMargin {
+		if s := r.samples[i]; s.ok && now.Sub(s.at) >= r.margin && reads > s.reads {
 			r.receive(s)
 			return
 		}
 	}
+}
+
+// disconnected settles what the client's DISCONNECT allows: everything
+// its TCP has acknowledged now (acked), what was written ending at end.
+func (r *receipts) disconnected(acked, end uint64) {
+	if r.wr.n > r.got.n {
+		r.marks = append(r.marks, rawMark{end, r.wr})
+	}
+	r.receive(sample{acked: acked, ok: true})
 }
 
 // toTell returns the receipt to journal at now: after receiptEvery
@@ -186,9 +210,9 @@ func tcpSent(c net.Conn) (acked, end uint64, ok bool) {
 }
 
 // tickWithout is the sample of a connection whose TCP stack tells
-// nothing: what was written counts as received after receiptMargin, as
+// nothing: what was written counts as received after mqtt.receipt_margin, as
 // the best that can be said.
-func (r *receipts) tickWithout(now time.Time) { r.tick(now, math.MaxUint64, 0) }
+func (r *receipts) tickWithout(now time.Time, reads uint64) { r.tick(now, math.MaxUint64, 0, reads) }
 
 // tick samples the connection (the broker's receipt goroutine, once a
 // receiptTick) and returns a receipt to journal. A connection whose lock
@@ -215,10 +239,10 @@ func (w *ackWriter) tick(now time.Time) (uint64, bool) {
 	cl.Unlock()
 	defer w.mu.Unlock()
 	got := w.rc.got
-	if ok {
-		w.rc.tick(now, acked, end)
+	if reads := w.reads.Load(); ok {
+		w.rc.tick(now, acked, end, reads)
 	} else {
-		w.rc.tickWithout(now)
+		w.rc.tickWithout(now, reads)
 	}
 	if w.rc.got != got {
 		w.b.acksReceived.Add(w.rc.got.n - got.n)
@@ -233,9 +257,30 @@ func (w *ackWriter) ended(now time.Time) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	got := w.rc.got
-	w.rc.ended(now)
+	w.rc.settle(now, w.reads.Load())
 	w.b.acksReceived.Add(w.rc.got.n - got.n)
 	return w.rc.toTell(now, true)
+}
+
+// disconnecting settles what the client's DISCONNECT allows (it is read
+// in the client's goroutine: mochi has written every acknowledgement it
+// owes for the publications before it).
+func (w *ackWriter) disconnecting() {
+	cl := w.cl
+	cl.Lock()
+	acked, end, ok := uint64(math.MaxUint64), uint64(0), true
+	if !cl.Closed() && cl.Net.Conn != nil {
+		acked, end, ok = tcpSent(cl.Net.Conn)
+	}
+	w.mu.Lock()
+	cl.Unlock()
+	defer w.mu.Unlock()
+	if !ok {
+		return // nothing known: the margin rule settles it at the end
+	}
+	got := w.rc.got
+	w.rc.disconnected(acked, end)
+	w.b.acksReceived.Add(w.rc.got.n - got.n)
 }
 
 // journaled counts a QoS 1/2 publication of the connection journaled as
@@ -254,6 +299,7 @@ func (w *ackWriter) journaled(seq uint64, sync bool) {
 // readNext notes that the client's next packet is being read: mochi has
 // written the acknowledgement of the publication before it.
 func (w *ackWriter) readNext() {
+	w.reads.Add(1)
 	if !w.rc.syncFlag.Load() {
 		return
 	}
@@ -330,3 +376,8 @@ func (b *Broker) watchReceipts(stop <-chan struct{}) {
 		}
 	}
 }
+
+// Live reports whether the connection is open (journal.Connection).
+func (w *ackWriter) Live() bool { return !w.cl.Closed() }
+
+var _ journal.Connection = (*ackWriter)(nil)

@@ -29,7 +29,22 @@ import (
 type Dedupe struct {
 	max   int // clients kept; the least recently used goes first
 	Rings map[string]*Ring
+	// perClient and total bound the entries of one client and of all;
+	// beyond them the oldest go (Evicted counts them): the likeliest to
+	// have been received long ago, their receipt not learnt (a connection
+	// shorter than the receipts' lag, a client that never sent DISCONNECT).
+	perClient, total int
+	Evicted          uint64
 }
+
+// Entry bounds of duplicate detection, at 24 bytes an entry (about 30 in
+// a Go map): a client keeps at most DefaultPerClient (240 KiB), twice
+// what flow control lets one connection have unreceived at the default
+// mqtt.receive_maximum, and all clients DefaultTotal (7.5 MiB).
+const (
+	DefaultPerClient = 8192
+	DefaultTotal     = 1 << 18
+)
 
 // Ring is one client's entries: its publications whose acknowledgement it
 // may not have received, one per packet id.
@@ -52,10 +67,14 @@ type dupEntry struct {
 
 const hashMask = 1<<48 - 1
 
-// NewDedupe returns duplicate detection for at most max clients.
+// NewDedupe returns duplicate detection for at most max clients, with
+// the entry bounds DefaultPerClient and DefaultTotal.
 func NewDedupe(max int) *Dedupe {
-	return &Dedupe{max: max, Rings: map[string]*Ring{}}
+	return &Dedupe{max: max, Rings: map[string]*Ring{}, perClient: DefaultPerClient, total: DefaultTotal}
 }
+
+// Bound sets the entry bounds (for tests).
+func (d *Dedupe) Bound(perClient, total int) { d.perClient, d.total = perClient, total }
 
 // ContentHash is FNV-1a (64 bit) of topic, a zero byte and payload: stable
 // across restarts, unlike hash/maphash.
@@ -95,7 +114,43 @@ func (d *Dedupe) Publication(client []byte, pid uint16, hash uint64, dup bool, s
 	e, ok := r.ents[pid]
 	resend := ok && e.hash == hash && (dup || e.seq < r.since)
 	r.ents[pid] = dupEntry{hash, seq}
+	if len(r.ents) > d.perClient {
+		d.trim(r, d.perClient*3/4)
+	}
 	return resend
+}
+
+// trim drops r's oldest entries until it has keep.
+func (d *Dedupe) trim(r *Ring, keep int) {
+	if keep <= 0 {
+		d.Evicted += uint64(len(r.ents))
+		clear(r.ents)
+		return
+	}
+	seqs := make([]uint64, 0, len(r.ents))
+	for _, e := range r.ents {
+		seqs = append(seqs, e.seq)
+	}
+	slices.Sort(seqs)
+	cut := seqs[len(seqs)-keep] // entries before it go
+	n := len(r.ents)
+	maps.DeleteFunc(r.ents, func(_ uint16, e dupEntry) bool { return e.seq < cut })
+	d.Evicted += uint64(n - len(r.ents))
+}
+
+// Bounded enforces the bound on all clients' entries, halving the largest
+// client's until they are within it. The applier calls it at each tick,
+// so that it depends on the journal alone.
+func (d *Dedupe) Bounded() {
+	for d.Entries() > d.total {
+		var big *Ring
+		for _, r := range d.Rings {
+			if big == nil || len(r.ents) > len(big.ents) {
+				big = r
+			}
+		}
+		d.trim(big, len(big.ents)/2)
+	}
 }
 
 // Connected notes that client connected again (its session start was

@@ -149,6 +149,11 @@ func newBatch() *Batch { return &Batch{done: make(chan struct{})} }
 // when it is stepped). A clock state given to SetClock is journaled first.
 func (j *Journal) begin() (*Batch, int64, error) {
 	j.mu.Lock()
+	return j.beginLocked()
+}
+
+// beginLocked is begin with the lock taken.
+func (j *Journal) beginLocked() (*Batch, int64, error) {
 	if j.err != nil {
 		err := j.err
 		j.mu.Unlock()
@@ -170,8 +175,10 @@ func (j *Journal) begin() (*Batch, int64, error) {
 
 // beginPublish is begin for a publication: it first waits while
 // MaxPending bytes wait for the card (the publisher's socket is not read
-// meanwhile). Other events are small and never wait.
-func (j *Journal) beginPublish() (*Batch, int64, error) {
+// meanwhile), then, without letting the lock go (so that publishers woken
+// together do not all append past the bound), refuses the publication if
+// its connection ended meanwhile. Other events are small and never wait.
+func (j *Journal) beginPublish(from any) (*Batch, int64, error) {
 	j.mu.Lock()
 	if j.err == nil && j.writing+len(j.cur.buf) >= j.maxPending {
 		j.waits.Add(1)
@@ -179,9 +186,24 @@ func (j *Journal) beginPublish() (*Batch, int64, error) {
 			j.drained.Wait()
 		}
 	}
-	j.mu.Unlock()
-	return j.begin()
+	if c, ok := from.(Connection); ok && !c.Live() {
+		j.mu.Unlock()
+		return nil, 0, ErrConnectionEnded
+	}
+	return j.beginLocked()
 }
+
+// Connection is what a publication's ackTo may be: the connection it came
+// on. A publication whose connection ended before it is journaled is
+// refused (ErrConnectionEnded), under the journal's lock: the client
+// resends it on its next connection, whose session start (journaled after
+// this one ended) would otherwise come before it, and duplicate detection
+// would take the two for different publications.
+type Connection interface{ Live() bool }
+
+// ErrConnectionEnded is returned by Publish for a publication whose
+// connection ended before it was journaled.
+var ErrConnectionEnded = errors.New("connection ended before the publication was journaled")
 
 // stamp ends the record that begins at j.start, with its monotonic time.
 func (j *Journal) stamp(b *Batch) {
@@ -217,7 +239,7 @@ func (j *Journal) end(b *Batch) {
 // the batch, whose Wait returns once the batch is durable, and the
 // publication's index in it (Batch.Seq).
 func (j *Journal) Publish(client, device string, ackTo any, flags byte, pid uint16, topic string, payload []byte, ack bool) (*Batch, int, error) {
-	b, at, err := j.beginPublish()
+	b, at, err := j.beginPublish(ackTo)
 	if err != nil {
 		return nil, 0, err
 	}

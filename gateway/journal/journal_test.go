@@ -165,12 +165,12 @@ func TestDedupe(t *testing.T) {
 			t.Errorf("step %d %+v: duplicate %v", i, s, got)
 		}
 	}
-	// Every packet id a client may resend is kept, however many are in
-	// flight: 60,000 publications, each resent.
-	for pid := range uint16(60_000) {
+	// Every packet id a client may resend is kept, up to the per-client
+	// bound, whatever its window: 8,000 publications, each resent.
+	for pid := range uint16(8000) {
 		d.Publication([]byte("b"), pid, h("v"), false, uint64(100+int(pid)))
 	}
-	for pid := range uint16(60_000) {
+	for pid := range uint16(8000) {
 		if !d.Publication([]byte("b"), pid, h("v"), true, 100_000) {
 			t.Fatalf("pid %d's resend not recognised", pid)
 		}
@@ -211,6 +211,30 @@ func TestDedupe(t *testing.T) {
 	d.Publication([]byte("c"), 1, h("x"), false, 200_000)
 	if _, ok := d.Rings["a"]; ok || len(d.Rings) != 3 {
 		t.Errorf("clients %v: the least recently used should be evicted", slices.Collect(maps.Keys(d.Rings)))
+	}
+}
+
+// TestDedupeBounds: a client's entries beyond the per-client bound go
+// oldest first, down to three quarters of it; beyond the total, the
+// largest client's oldest half goes, until all are within it.
+func TestDedupeBounds(t *testing.T) {
+	d := NewDedupe(10)
+	d.Bound(8, 10)
+	for i := range 9 {
+		d.Publication([]byte("a"), uint16(i), 1, false, uint64(i))
+	}
+	if n := len(d.Rings["a"].ents); n != 6 || d.Evicted != 3 {
+		t.Fatalf("a holds %d entries, %d evicted; want 6, 3", n, d.Evicted)
+	}
+	if d.Publication([]byte("a"), 2, 1, true, 100) || !d.Publication([]byte("a"), 3, 1, true, 101) {
+		t.Error("the oldest should go: pid 2 gone, pid 3 kept")
+	}
+	for i := range 5 {
+		d.Publication([]byte("b"), uint16(i), 1, false, uint64(200+i))
+	}
+	d.Bounded() // 7 (a's, pid 2 back) + 5 = 12 > 10: a, the largest, is halved
+	if na, nb := len(d.Rings["a"].ents), len(d.Rings["b"].ents); na != 3 || nb != 5 || d.Entries() > 10 {
+		t.Errorf("a %d, b %d entries after Bounded; want 3, 5", na, nb)
 	}
 }
 
