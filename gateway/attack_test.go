@@ -48,9 +48,9 @@ func TestAttackReceiptWithoutRead(t *testing.T) {
 		t.Fatal("session not present")
 	}
 	c2.publish(1, true, topic, "21.5")
-	st := settled(t, gw, func(st gateway.Stats) bool { return aggregatedCount(st)+st.Duplicates >= 2 })
-	time.Sleep(200 * time.Millisecond)
-	st = gw.Stats()
+	settled(t, gw, func(st gateway.Stats) bool { return aggregatedCount(st)+st.Duplicates >= 2 })
+	time.Sleep(200 * time.Millisecond) // nothing more comes
+	st := gw.Stats()
 	if aggregatedCount(st) != 1 || st.Duplicates != 1 {
 		t.Errorf("one reading, acknowledged once: counted %d, duplicates %d; want 1, 1", aggregatedCount(st), st.Duplicates)
 	}
