@@ -563,6 +563,7 @@ type ackWriter struct {
 	unwritten1 atomic.Int32
 	open2      atomic.Int32
 	reads      atomic.Uint64 // packets read from the client (receipts.go)
+	subscribed atomic.Bool   // the client subscribed on this connection: write through mochi
 
 	mu      sync.Mutex
 	pending []byte // PUBACKs to write, in journal order
@@ -645,15 +646,16 @@ func (w *ackWriter) run() {
 // unacknowledged publications are resent on reconnect and recognised as
 // duplicates.
 //
-// A client that subscribes may have packets of mochi's waiting in mochi's
+// A client that subscribed may have packets of mochi's waiting in mochi's
 // write buffer (it buffers while the client's outbound queue is not
-// empty); its PUBACKs are then written through mochi, after them, so that
-// none overtakes a PUBACK mochi wrote for an earlier publication
+// empty, and a PUBACK mochi wrote for an earlier publication may be among
+// them, even after the client unsubscribed); its PUBACKs are then written
+// through mochi, after them, so that none overtakes
 // [MQTT-4.6.0-2]. A client that only publishes never has any.
 func (w *ackWriter) write(buf []byte, n int32, last uint64) {
 	cl := w.cl
 	var err error
-	if cl.State.Subscriptions.Len() > 0 {
+	if w.subscribed.Load() || cl.State.Subscriptions.Len() > 0 { // resumed sessions subscribe without SUBSCRIBE
 		for i := 0; i+4 <= len(buf) && err == nil; i += 4 {
 			err = cl.WritePacket(packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: uint16(buf[i+2])<<8 | uint16(buf[i+3])})
 		}

@@ -722,7 +722,9 @@ func (h *hook) OnSubscribe(cl *mqtt.Client, pk packets.Packet) packets.Packet {
 // session has them again after a restart.
 func (h *hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
 	if v, ok := h.clients.Load(cl); ok {
-		v.(*clientInfo).subscribing.Store(nil)
+		info := v.(*clientInfo)
+		info.subscribing.Store(nil)
+		info.acks.subscribed.Store(true)
 	}
 	for i, f := range pk.Filters {
 		if i < len(reasonCodes) && reasonCodes[i] >= packets.ErrUnspecifiedError.Code {
