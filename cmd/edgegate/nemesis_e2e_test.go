@@ -145,6 +145,7 @@ type nemesis struct {
 
 	mu       sync.Mutex
 	pid      int // the running gateway's
+	runs     int // starts of the gateway so far
 	peakKiB  int // VmHWM, the highest of every run
 	gwDown   bool
 	problems []string // liveness failures seen during the run
@@ -377,7 +378,7 @@ func (n *nemesis) startGateway() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	n.mu.Lock()
-	n.pid, n.gwDown = n.g.cmd.Process.Pid, false
+	n.pid, n.gwDown, n.runs = n.g.cmd.Process.Pid, false, n.g.started
 	n.mu.Unlock()
 }
 
@@ -482,6 +483,7 @@ func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) 
 		n.link.Cut()
 		time.Sleep(f.Dur)
 		n.link.Restore()
+		go n.deliveryResumes(f)
 	case "fds":
 		k := f.Param
 		if *nemesisEMFILE {
@@ -502,6 +504,54 @@ func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) 
 			c.Close()
 		}
 	}
+}
+
+// deliveryResumes checks that, once Kafka is back, the gateway delivers
+// again within 40 s (kafka.stall_timeout is 10 s, then a reconnect):
+// its delivered count grows, or nothing is left queued. A restart of the
+// gateway meanwhile ends the check.
+func (n *nemesis) deliveryResumes(f fault) {
+	run := n.started()
+	before, _, err := n.queueFigures()
+	for deadline := time.Now().Add(40 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		if n.started() != run {
+			return
+		}
+		delivered, queued, err2 := n.queueFigures()
+		if err2 == nil && (err != nil || delivered > before || queued == 0) {
+			return
+		}
+	}
+	if n.started() == run {
+		n.problem("%s: Kafka back for 40 s, and the gateway delivered nothing (run %d; edgegate_queue_delivered_total %g)", f.At+f.Dur, run, before)
+	}
+}
+
+func (n *nemesis) started() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runs
+}
+
+// queueFigures reads edgegate_queue_delivered_total and
+// edgegate_queue_records from the gateway's /metrics.
+func (n *nemesis) queueFigures() (delivered, queued float64, err error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + n.http + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "edgegate_queue_delivered_total "); ok {
+			delivered, _ = strconv.ParseFloat(v, 64)
+		} else if v, ok := strings.CutPrefix(sc.Text(), "edgegate_queue_records "); ok {
+			queued, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return delivered, queued, sc.Err()
 }
 
 func (n *nemesis) toxic(f fault, spec string) {
