@@ -29,7 +29,7 @@ help:
 	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
 	@echo "make nemesis the real binary under a seeded schedule of faults and hostile clients, with four"
 	@echo "             client stacks, then checked exactly in Kafka (NEMESIS_TIME, default 150s; NEMESIS_SEED"
-	@echo "             replays a run; NEMESIS_FLAGS=-nemesis.emfile exhausts descriptors)"
+	@echo "             replays a run; NEMESIS_FLAGS='-nemesis.only kafka,sigterm -nemesis.emfile -nemesis.keep')"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
 	@echo "make bench-footprint  mosquitto, plain mochi and edgegate on the same loads: CPU per reading,"
 	@echo "             peak and idle RSS, PUBACK p50/p99, with ratios (about 10 min; needs mosquitto)"
