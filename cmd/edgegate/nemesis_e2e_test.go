@@ -124,6 +124,7 @@ func schedule(rng *rand.Rand, total time.Duration, kinds []string) []fault {
 		case "fds":
 			f.Dur, f.Param = ms(2000, 8000), 200+rng.IntN(400)
 		}
+		f.Dur = min(f.Dur, total-f.At) // the last ends with the run
 		out = append(out, f)
 		at += f.Dur + ms(500, 5000)
 	}
@@ -147,8 +148,8 @@ type nemesis struct {
 	mu       sync.Mutex
 	pid      int // the running gateway's
 	runs     int // starts of the gateway so far
-	peakKiB  int // VmHWM, the highest of every run
-	gwDown   bool
+	checks   sync.WaitGroup
+	peakKiB  int      // VmHWM, the highest of every run
 	problems []string // liveness failures seen during the run
 	lat      []time.Duration
 	atk      attackTally
@@ -337,10 +338,11 @@ log: {level: info}
 	rows = append(rows, fleetRows(fleet.Truth.Sent())...)
 	rows = append(rows, probe.row(), storm.row())
 	for _, id := range []string{"n-fresh-direct", "n-fresh-proxy"} {
-		rows = append(rows, &nemesisRow{name: id, devices: []string{id}, sent: 1, acked: fresh[id], exact: true})
+		rows = append(rows, &nemesisRow{name: id, client: "paho.golang v5 clean", devices: []string{id}, sent: 1, acked: fresh[id], exact: true})
 	}
 	n.readBack(rows)
 	stopRSS()
+	n.checks.Wait()
 
 	// The table, then the verdicts.
 	var tb strings.Builder
@@ -388,13 +390,7 @@ func (n *nemesis) startGateway() {
 		time.Sleep(10 * time.Millisecond)
 	}
 	n.mu.Lock()
-	n.pid, n.gwDown, n.runs = n.g.cmd.Process.Pid, false, n.g.started
-	n.mu.Unlock()
-}
-
-func (n *nemesis) down() {
-	n.mu.Lock()
-	n.gwDown = true
+	n.pid, n.runs = n.g.cmd.Process.Pid, n.g.started
 	n.mu.Unlock()
 }
 
@@ -445,12 +441,10 @@ func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) 
 	t := n.t
 	switch f.Kind {
 	case "sigkill":
-		n.down()
 		n.g.kill()
 		time.Sleep(f.Dur)
 		n.startGateway()
 	case "sigterm":
-		n.down()
 		n.g.cmd.Process.Signal(syscall.SIGTERM)
 		exited := make(chan error, 1)
 		go func() { exited <- n.g.cmd.Wait() }()
@@ -493,7 +487,8 @@ func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) 
 		n.link.Cut()
 		time.Sleep(f.Dur)
 		n.link.Restore()
-		go n.deliveryResumes(f)
+		n.checks.Add(1)
+		go func() { defer n.checks.Done(); n.deliveryResumes(f) }()
 	case "fds":
 		k := f.Param
 		if *nemesisEMFILE {
