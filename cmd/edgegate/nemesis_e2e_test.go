@@ -1174,14 +1174,21 @@ c = mqtt.Client(client_id=cid, clean_session=False, protocol=mqtt.MQTTv311)
 c.on_publish = on_publish
 c.max_inflight_messages_set(50)
 c.reconnect_delay_set(0.1, 1)
-c.connect_async(host, port, keepalive=10)
+import time
+# loop_start's thread dies if its first connection fails (paho-mqtt 1.6):
+# connect here until the gateway answers; it reconnects on its own after.
+while True:
+    try:
+        c.connect(host, port, keepalive=10)
+        break
+    except OSError:
+        time.sleep(0.2)
 c.loop_start()
 for line in sys.stdin:
     v = line.strip()
     with lock:
         info = c.publish("sensors/%s/v" % cid, v, qos=1)
         mids[info.mid] = v
-import time
 deadline = time.time() + 50
 while time.time() < deadline:
     with lock:
