@@ -323,11 +323,12 @@ log: {level: info}
 		resp.Body.Close()
 	}
 
-	if err := n.g.stop(); err != nil { // SIGTERM closes every open window
-		n.problem("final SIGTERM: %v", err)
+	// SIGTERM closes every open window; a stop that had to be killed
+	// closed none, so start and stop again (twice at most).
+	for i := 0; !n.stopGateway("final stop") && i < 2; i++ {
+		n.startGateway()
 	}
 	n.startGateway() // delivers whatever the shutdown's grace period left queued
-	defer n.g.stop()
 
 	// Expected, per device.
 	rows := []*nemesisRow{}
@@ -341,6 +342,7 @@ log: {level: info}
 		rows = append(rows, &nemesisRow{name: id, client: "paho.golang v5 clean", devices: []string{id}, sent: 1, acked: fresh[id], exact: true})
 	}
 	n.readBack(rows)
+	n.stopGateway("last stop")
 	stopRSS()
 	n.checks.Wait()
 
@@ -436,6 +438,30 @@ func vmHWM(pid int) int {
 	return 0
 }
 
+// stopGateway stops the gateway with SIGTERM, which must end it within
+// 30 s; if not, SIGQUIT writes its goroutines into the run's log and
+// SIGKILL ends it. It reports whether SIGTERM did.
+func (n *nemesis) stopGateway(when string) bool {
+	n.g.cmd.Process.Signal(syscall.SIGTERM)
+	exited := make(chan error, 1)
+	go func() { exited <- n.g.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			n.problem("%s: SIGTERM: gateway exited with %v (run %d)", when, err, n.g.started)
+		}
+		return err == nil
+	case <-time.After(30 * time.Second):
+		n.problem("%s: SIGTERM: gateway still running after 30 s (run %d): killed; its goroutines are in %s", when, n.g.started,
+			filepath.Join(n.g.logs, fmt.Sprintf("run-%03d.log", n.g.started)))
+		n.g.cmd.Process.Signal(syscall.SIGQUIT)
+		time.Sleep(time.Second)
+		n.g.cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}
+	return false
+}
+
 // apply runs one fault to its end.
 func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) {
 	t := n.t
@@ -445,21 +471,7 @@ func (n *nemesis) apply(f fault, fleet *firmwaresim.Fleet, storm *stormDevices) 
 		time.Sleep(f.Dur)
 		n.startGateway()
 	case "sigterm":
-		n.g.cmd.Process.Signal(syscall.SIGTERM)
-		exited := make(chan error, 1)
-		go func() { exited <- n.g.cmd.Wait() }()
-		select {
-		case err := <-exited:
-			if err != nil {
-				n.problem("%s: SIGTERM: gateway exited with %v (run %d)", f.At, err, n.g.started)
-			}
-		case <-time.After(30 * time.Second):
-			n.problem("%s: SIGTERM: gateway still running after 30 s (run %d): killed", f.At, n.g.started)
-			n.g.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines into the log
-			time.Sleep(time.Second)
-			n.g.cmd.Process.Signal(syscall.SIGKILL)
-			<-exited
-		}
+		n.stopGateway(f.At.String())
 		time.Sleep(f.Dur)
 		n.startGateway()
 	case "cut":
