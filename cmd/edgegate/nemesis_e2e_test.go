@@ -1103,7 +1103,11 @@ func (c *lineClient) finish(t *testing.T) {
 	select {
 	case <-c.done:
 	case <-time.After(60 * time.Second):
-		t.Errorf("%s: still running 60 s after its input ended", c.name)
+		t.Errorf("%s: still running 60 s after its input ended: killed", c.name)
+		c.mu.Lock()
+		c.proc.Kill()
+		c.mu.Unlock()
+		<-c.done
 	}
 }
 
