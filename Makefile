@@ -16,7 +16,7 @@ RELEASE_TAGS := nodemo,nethttpomithttp2
 # dependencies stay out of the module graph of everyone who imports ours.
 TOOL    := $(GO) tool -modfile=tools/go.mod
 
-.PHONY: help build demo test lint check bench bench-footprint bench-footprint-short fuzz cross deb e2e crash-long clean
+.PHONY: help build demo test lint check bench bench-footprint bench-footprint-short fuzz cross deb e2e crash-long nemesis clean
 
 help:
 	@echo "make demo    first run: in-process Kafka, the gateway and a simulated fleet"
@@ -29,6 +29,9 @@ help:
 	@echo "             20 SIGKILL cycles under QoS 1 load and 24 power cuts (FUSE, needs fuse3)"
 	@echo "             under QoS 1 and 2 load, each then checked exactly in Kafka"
 	@echo "make crash-long  the same loops with 200 SIGKILLs and 300 power cuts"
+	@echo "make nemesis the real binary under a seeded schedule of faults and hostile clients, with four"
+	@echo "             client stacks, then checked exactly in Kafka (NEMESIS_TIME, default 150s; NEMESIS_SEED"
+	@echo "             replays a run; NEMESIS_FLAGS='-nemesis.only kafka,sigterm -nemesis.emfile -nemesis.keep')"
 	@echo "make bench   benchmarks (decode+aggregate, whole-gateway ingest)"
 	@echo "make bench-footprint  mosquitto, plain mochi and edgegate on the same loads: CPU per reading,"
 	@echo "             peak and idle RSS, PUBACK p50/p99, with ratios (about 10 min; needs mosquitto)"
@@ -126,19 +129,33 @@ deb: cross
 	@ls -l $(DIST)/*.deb | awk '{printf "%-48s %6.1f MiB\n", $$9, $$5/1048576}'
 
 # The timeouts catch a hang, not a slow machine: on a quiet machine the
-# four take about 6 min in all, and the client matrix (TestClientMatrix:
+# four take about 6 min in all, the client matrix (TestClientMatrix:
 # paho, python3-paho-mqtt, MQTT.js, mosquitto_pub through restarts and
-# connection cuts) up to 6 more, and a first ARM build (make deb, the
-# qemu tests) compiles the standard library three times over.
+# connection cuts) up to 6 more, the nemesis about 3; a first ARM build
+# (make deb, the qemu tests) compiles the standard library three times
+# over.
 e2e:
 	$(GO) test -tags e2e -count=1 -timeout 35m -run 'E2E|CrashLoop|JournalWriteFailure|DebianPackage|StatusPage|SecurityInterop|SeriesBomb|SparkplugTahuInterop|ClientMatrix' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 15m -run 'PowerCut' -v ./cmd/edgegate
 	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Sink' -v ./cmd/edgecat
 	$(GO) test -tags e2e -count=1 -timeout 15m -run 'Soak|ClocksScenarioE2E' -v ./cmd/edgesim
+	$(GO) test -tags e2e -count=1 -timeout 10m -run 'Nemesis' -v ./cmd/edgegate
 
 crash-long:
 	$(GO) test -tags e2e -count=1 -timeout 60m -run CrashLoop -v ./cmd/edgegate -long
 	$(GO) test -tags e2e -count=1 -timeout 90m -run PowerCut -v ./cmd/edgegate -long
+
+# The standing adversary (cmd/edgegate/nemesis_e2e_test.go): make e2e runs
+# it for 150 s with a random seed, printed with the schedule; a failure is
+# replayed with its seed (make nemesis NEMESIS_SEED=... NEMESIS_TIME=...:
+# the schedule depends on both) and run long by hand (NEMESIS_TIME=1h).
+# Needs mosquitto-clients and python3-paho-mqtt (.ci/run).
+NEMESIS_TIME  ?= 150s
+NEMESIS_SEED  ?= 0
+NEMESIS_FLAGS ?=
+nemesis:
+	$(GO) test -tags e2e -count=1 -timeout 0 -run 'Nemesis' -v ./cmd/edgegate \
+		-nemesis.time $(NEMESIS_TIME) -nemesis.seed $(NEMESIS_SEED) $(NEMESIS_FLAGS)
 
 clean:
 	rm -rf bin $(DIST)

@@ -44,6 +44,9 @@ type crashGateway struct {
 	// limit, when set, is the file size limit (ulimit -f, 512-byte
 	// blocks) the next start runs under.
 	limit int
+	// nofile, when set, is the descriptor limit (ulimit -n, soft and
+	// hard, so that Go does not raise it) the next start runs under.
+	nofile int
 }
 
 func (g *crashGateway) start() {
@@ -63,6 +66,9 @@ func (g *crashGateway) launch() {
 	g.cmd = exec.Command(g.bin, "run", "--config", g.cfg)
 	if g.limit > 0 {
 		g.cmd = exec.Command("sh", "-c", fmt.Sprintf(`ulimit -f %d && exec "$0" run --config "$1"`, g.limit), g.bin, g.cfg)
+	}
+	if g.nofile > 0 {
+		g.cmd = exec.Command("sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$0" run --config "$1"`, g.nofile), g.bin, g.cfg)
 	}
 	g.cmd.Stderr = logf
 	if err := g.cmd.Start(); err != nil {
