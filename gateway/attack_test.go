@@ -24,38 +24,6 @@ func aggregatedCount(st gateway.Stats) uint64 {
 	return st.Outcomes["aggregated"] + st.Outcomes["late_revised"]
 }
 
-// TestAttackReceiptWithoutRead: a device's TCP acknowledges the PUBACK of
-// its reading, but the device never reads it: it lost power just after
-// its kernel took the bytes. Its half-open connection lasts until the
-// device comes back, takes its session over and resends the reading with
-// DUP, as it must [MQTT-4.4.0-1]. The device sent nothing after its TCP
-// took the PUBACK, so the gateway never counts it received: the resend
-// is a duplicate.
-func TestAttackReceiptWithoutRead(t *testing.T) {
-	cfg := testConfig(t, []string{"127.0.0.1:9"})
-	gw, stop := runGateway(t, cfg)
-	defer stop()
-	const topic = "sensors/dev-pl/t"
-	c1, _ := rawConnect(t, gw.Addr(), "dev-pl", true)
-	cp := packets.NewControlPacket(packets.PUBLISH)
-	cp.Content = &packets.Publish{QoS: 1, PacketID: 1, Topic: topic, Payload: []byte("21.5"), Properties: &packets.Properties{}}
-	c1.send(cp)                 // its PUBACK is never read
-	time.Sleep(3 * time.Second) // two receipt ticks and the margin: the connection outlives its TCP acknowledgement
-	// Power back: the device reconnects (the old socket was never closed
-	// by it) and resends what it has no PUBACK for.
-	c2, present := rawConnect(t, gw.Addr(), "dev-pl", false)
-	if !present {
-		t.Fatal("session not present")
-	}
-	c2.publish(1, true, topic, "21.5")
-	settled(t, gw, func(st gateway.Stats) bool { return aggregatedCount(st)+st.Duplicates >= 2 })
-	time.Sleep(200 * time.Millisecond) // nothing more comes
-	st := gw.Stats()
-	if aggregatedCount(st) != 1 || st.Duplicates != 1 {
-		t.Errorf("one reading, acknowledged once: counted %d, duplicates %d; want 1, 1", aggregatedCount(st), st.Duplicates)
-	}
-}
-
 // TestAttackShortConnectionLosesReading: TestPacketIDReuseSameValue with
 // a sleepy device: it wakes, connects, publishes one reading with packet
 // id 1, has its PUBACK and sends DISCONNECT within the second, as battery

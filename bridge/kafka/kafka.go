@@ -323,7 +323,7 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 	all := append(batch[:len(batch):len(batch)], bridge.Record{Topic: s.o.OffsetsTopic, Key: []byte(s.o.PositionKey), Value: encodePosition(s.o.PositionKey, s.conn.host, pos)})
 	if err := s.send(ctx, all); err != nil {
 		if s.p.TxnStatus()&sarama.ProducerTxnFlagAbortableError != 0 {
-			s.p.AbortTxn()
+			s.abort(ctx)
 		}
 		return s.txnError("produce in transaction", err)
 	}
@@ -350,6 +350,38 @@ func (s *saramaProducer) sendTxn(ctx context.Context, batch []bridge.Record, pos
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("commit transaction: %w; outcome unknown", ctx.Err())
+		}
+	}
+}
+
+// abort aborts the transaction after a failed send. sarama's AbortTxn
+// first waits for the records still in flight, whose outcomes it hands to
+// Successes and Errors: they are drained meanwhile (send stopped reading
+// them when it gave up), or the abort, and delivery with it, would wait
+// for good. An abort that makes no progress for the stall timeout, or
+// outlives ctx, is abandoned: the Forwarder replaces the producer, whose
+// initialisation fences this one and settles its transaction.
+func (s *saramaProducer) abort(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.p.AbortTxn()
+	}()
+	stalled := s.stallWatch()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-s.p.Successes():
+		case <-s.p.Errors():
+		case <-watch.C:
+			if stalled() {
+				return
+			}
+		case <-ctx.Done():
+			return
 		}
 	}
 }

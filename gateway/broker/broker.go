@@ -562,8 +562,7 @@ type ackWriter struct {
 	// acknowledges itself.)
 	unwritten1 atomic.Int32
 	open2      atomic.Int32
-	reads      atomic.Uint64 // packets read from the client (receipts.go)
-	subscribed atomic.Bool   // the client subscribed on this connection: write through mochi
+	subscribed atomic.Bool // the client subscribed on this connection: write through mochi
 
 	mu      sync.Mutex
 	pending []byte // PUBACKs to write, in journal order

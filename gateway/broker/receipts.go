@@ -24,14 +24,19 @@ import (
 // written so far ends. An acknowledgement counts as received once the
 // client's TCP acknowledged its bytes, and then
 //
-//   - the client sent a packet after that (it was alive: a device whose
-//     power failed just after its TCP took the bytes never read them, and
-//     its half-open connection lasts until it comes back), and the
-//     connection lasted mqtt.receipt_margin after it (a TCP proxy between the
-//     client and the gateway acknowledges bytes it has not forwarded yet;
-//     a cut then loses them, within the margin); or
+//   - the connection lasted mqtt.receipt_margin more: a TCP proxy between
+//     the client and the gateway acknowledges bytes it has not forwarded
+//     yet, and a cut then loses them, within the margin; a client that
+//     crashes just after its TCP took them breaks the connection too; or
 //   - the client ended the connection with DISCONNECT: it is alive and
 //     done (mosquitto_pub, a sleepy device), and a proxy does not make one.
+//
+// (A client whose TCP took a PUBACK, which lost its power in the
+// milliseconds before it read it, and whose connection the gateway sees
+// open past the margin, is taken to have it: if it kept the publication
+// on disk, its resend counts again. The wire cannot tell it from firmware
+// that has the PUBACK and reuses the packet id and value for its next
+// reading, whose first copy is lost with the link.)
 //
 // What is received is journaled (journal.KindReceived) every
 // receiptEvery publications, receiptQuiet after it was learnt, and when
@@ -100,7 +105,6 @@ type rawMark struct {
 type sample struct {
 	at    time.Time
 	acked uint64
-	reads uint64 // packets read from the client by then
 	ok    bool
 }
 
@@ -144,11 +148,11 @@ func (r *receipts) receive(s sample) {
 }
 
 // tick takes a sample at now: acked bytes acknowledged by the client's
-// TCP, end where what was written so far ends, reads the packets read
-// from the client so far. What earlier samples allow is settled first.
-func (r *receipts) tick(now time.Time, acked, end, reads uint64) {
-	r.settle(now, reads)
-	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, reads: reads, ok: true}
+// TCP, end where what was written so far ends. What earlier samples allow
+// is settled first.
+func (r *receipts) tick(now time.Time, acked, end uint64) {
+	r.settle(now)
+	r.samples[0], r.samples[1] = r.samples[1], sample{at: now, acked: acked, ok: true}
 	if n := len(r.marks); r.wr.n > r.got.n && (n == 0 || r.marks[n-1].m.n < r.wr.n) {
 		if n == maxMarks {
 			r.marks[n-1] = rawMark{end, r.wr} // later and further: received no sooner
@@ -158,12 +162,11 @@ func (r *receipts) tick(now time.Time, acked, end, reads uint64) {
 	}
 }
 
-// settle settles what is known at now, reads packets having been read
-// from the client: the newest sample at least mqtt.receipt_margin older than
-// now after which the client sent a packet.
-func (r *receipts) settle(now time.Time, reads uint64) {
+// settle settles what is known at now: the newest sample at least
+// mqtt.receipt_margin older than now.
+func (r *receipts) settle(now time.Time) {
 	for i := 1; i >= 0; i-- {
-		if s := r.samples[i]; s.ok && now.Sub(s.at) >= r.margin && reads > s.reads {
+		if s := r.samples[i]; s.ok && now.Sub(s.at) >= r.margin {
 			r.receive(s)
 			return
 		}
@@ -212,7 +215,7 @@ func tcpSent(c net.Conn) (acked, end uint64, ok bool) {
 // tickWithout is the sample of a connection whose TCP stack tells
 // nothing: what was written counts as received after mqtt.receipt_margin, as
 // the best that can be said.
-func (r *receipts) tickWithout(now time.Time, reads uint64) { r.tick(now, math.MaxUint64, 0, reads) }
+func (r *receipts) tickWithout(now time.Time) { r.tick(now, math.MaxUint64, 0) }
 
 // tick samples the connection (the broker's receipt goroutine, once a
 // receiptTick) and returns a receipt to journal. A connection whose lock
@@ -239,10 +242,10 @@ func (w *ackWriter) tick(now time.Time) (uint64, bool) {
 	cl.Unlock()
 	defer w.mu.Unlock()
 	got := w.rc.got
-	if reads := w.reads.Load(); ok {
-		w.rc.tick(now, acked, end, reads)
+	if ok {
+		w.rc.tick(now, acked, end)
 	} else {
-		w.rc.tickWithout(now, reads)
+		w.rc.tickWithout(now)
 	}
 	if w.rc.got != got {
 		w.b.acksReceived.Add(w.rc.got.n - got.n)
@@ -257,7 +260,7 @@ func (w *ackWriter) ended(now time.Time) (uint64, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	got := w.rc.got
-	w.rc.settle(now, w.reads.Load())
+	w.rc.settle(now)
 	w.b.acksReceived.Add(w.rc.got.n - got.n)
 	return w.rc.toTell(now, true)
 }
@@ -299,7 +302,6 @@ func (w *ackWriter) journaled(seq uint64, sync bool) {
 // readNext notes that the client's next packet is being read: mochi has
 // written the acknowledgement of the publication before it.
 func (w *ackWriter) readNext() {
-	w.reads.Add(1)
 	if !w.rc.syncFlag.Load() {
 		return
 	}
