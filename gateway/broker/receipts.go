@@ -64,7 +64,7 @@ const (
 // acknowledgement it is not known to have received before it is no
 // longer read: 16 × mqtt.receive_maximum, and at least 4,096 (the entries
 // duplicate detection holds for it, 24 bytes each). Receipts lag by
-// receiptTick + mqtt.receipt_margin or the client's next packet, so a client
+// receiptTick + mqtt.receipt_margin, so a client
 // within mqtt.publish_rate_per_client (1,000/s) does not wait for it.
 func maxUnreceived(receiveMaximum int) uint64 { return uint64(max(16*receiveMaximum, 4096)) }
 
