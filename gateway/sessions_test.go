@@ -28,7 +28,12 @@ func dialSession(t *testing.T, addr, id, user, pass string, resume bool) (*v5, b
 	c := &packets.Connect{ProtocolName: "MQTT", ProtocolVersion: 5, ClientID: id, CleanStart: !resume, KeepAlive: 30,
 		UsernameFlag: true, Username: user, PasswordFlag: true, Password: []byte(pass),
 		Properties: &packets.Properties{SessionExpiryInterval: ptr(uint32(3600))}}
-	cl, code := connectV5(t, dial(t, addr), c)
+	conn := dial(t, addr)
+	// Held until the test ends: a connection the test drops would be
+	// closed by the garbage collector's finalizer, and its session would
+	// be away (and the first to end for room) without the test saying so.
+	t.Cleanup(func() { conn.Close() })
+	cl, code := connectV5(t, conn, c)
 	return cl, code, cl.connack.SessionPresent
 }
 

@@ -213,6 +213,10 @@ func (h *hook) admitSession(cl *mqtt.Client, info *clientInfo) (Refusal, string,
 		return 0, "", true
 	}
 	if _, resumed := h.sessions.owner(cl.ID); resumed {
+		// Connected from now, as a new one is: OnSessionEstablished
+		// comes after the CONNACK, and a CONNECT read meanwhile would
+		// find this session away and could end it to make room.
+		h.sessions.set(cl.ID, me, true, time.Time{})
 		return 0, "", true
 	}
 	mine := func(o owner) bool { return o == me }
