@@ -637,16 +637,21 @@ func (r *nemesisRow) verdict() string {
 }
 
 // readBack reads the summaries back (read_committed) until every row has
-// at least its acknowledged readings, or a minute has passed, and fills
-// in what each row's devices count.
+// at least its acknowledged readings, or a minute (three reads of a long
+// run) has passed, and fills in what each row's devices count.
 func (n *nemesis) readBack(rows []*nemesisRow) {
 	type key struct {
 		dev, metric string
 		start       time.Time
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	// Each read is bounded in time, not by count: a long run writes
+	// millions of revisions (55 minutes: over 3 million), which take far
+	// more than 4 s to read back; one cut short counts only the windows
+	// it reached.
+	attempt := 4*time.Second + *nemesisTime/30
+	deadline := time.Now().Add(max(60*time.Second, 3*attempt))
 	for {
-		msgs, _ := kafkatest.ConsumeN(n.brokers, "edge.summaries", 1<<30, 4*time.Second)
+		msgs, _ := kafkatest.ConsumeN(n.brokers, "edge.summaries", 1<<30, attempt)
 		latest := map[key]aggregate.Summary{}
 		ids := map[string]int{}
 		for _, m := range msgs {
